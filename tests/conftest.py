@@ -1,0 +1,35 @@
+"""Shared fixtures: tiny random Hugging Face checkpoints built offline with transformers."""
+
+import os
+
+import pytest
+
+SHARED_DATA = os.environ.get("GRESO_SHARED_DATA", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
+
+
+def make_hf_checkpoint(path, *, vocab=97, hidden=64, inter=96, layers=2, heads=4, kv_heads=2, tied=False,
+                       rope_theta=10000.0, seed=0):
+    """Saves a random transformers Qwen2ForCausalLM (float32) to `path` and returns the torch model."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+                         num_attention_heads=heads, num_key_value_heads=kv_heads, tie_word_embeddings=tied,
+                         rope_theta=rope_theta, max_position_embeddings=256, rms_norm_eps=1e-6,
+                         use_sliding_window=False, attn_implementation="eager", torch_dtype="float32")
+    model = Qwen2ForCausalLM(config).eval()
+    with torch.no_grad():  # HF initialises biases to zero: randomise them so the bias path is tested
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "norm" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+    model.save_pretrained(path, safe_serialization=True)
+    return model
+
+
+@pytest.fixture(scope="session")
+def shared_data():
+    path = os.path.abspath(SHARED_DATA)
+    if not os.path.isdir(path):
+        pytest.skip(f"shared data not found at {path}")
+    return path
