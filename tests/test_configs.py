@@ -1,0 +1,65 @@
+"""Config validation: every rejected case names its field."""
+
+import pytest
+
+from greso_jax.configs import ConfigError, get_config, validate
+
+
+def test_base_config_validates():
+    validate(get_config())
+
+
+BAD_CASES = [
+    ("selection.delta_p", -1.0),
+    ("selection.delta_p", "0.01"),
+    ("selection.strategy", "greedy"),
+    ("rl.group_size", 1),
+    ("rl.group_size", 8.5),
+    ("rl.loss_aggregation", "mean"),
+    ("rl.kl_estimator", "k2"),
+    ("rl.dual_clip", 0.5),
+    ("train.num_steps", -3),
+    ("train.learning_rate", 0.0),
+    ("train.learning_rate", float("nan")),
+    ("selection.target_zero_variance", 1.5),
+    ("sampling.top_p", 0.0),
+    ("sampling.temperature", -0.1),
+    ("sampling.prompt_length_buckets", (64, 32)),
+    ("mesh.fsdp", 0),
+    ("model.dtype", "float8"),
+    ("model.preset", "gpt-5"),
+    ("seed", True),
+    ("data.source", "csv"),
+    ("checkpoint.keep", 0),
+]
+
+
+@pytest.mark.parametrize("field,value", BAD_CASES, ids=[f"{f}={v!r}" for f, v in BAD_CASES])
+def test_bad_value_names_its_field(field, value):
+    config = get_config()
+    section, _, name = field.rpartition(".")
+    target = config[section] if section else config
+    with target.ignore_type():
+        target[name] = value
+    with pytest.raises(ConfigError, match=rf"^{field.replace('.', r'[.]')}:"):
+        validate(config)
+
+
+def test_cross_field_checks_name_the_field(tmp_path):
+    cases = [
+        ({"selection.p_min": 0.9, "selection.p_max": 0.5}, "selection.p_min"),
+        ({"selection.p_easy": 0.99}, "selection.p_easy"),
+        ({"rl.mini_batch_size": 48}, "rl.mini_batch_size"),
+        ({"rl.micro_batch_size": 7}, "rl.micro_batch_size"),
+        ({"data.source": "jsonl", "data.path": ""}, "data.path"),
+        ({"data.source": "parquet", "data.path": str(tmp_path / "missing.parquet")}, "data.path"),
+        ({"model.path": str(tmp_path / "no-model")}, "model.path"),
+        ({"selection.strategy": "aero", "selection.aero_n_explore": 16}, "selection.aero_n_explore"),
+    ]
+    for overrides, field in cases:
+        config = get_config()
+        for dotted, value in overrides.items():
+            section, name = dotted.split(".")
+            config[section][name] = value
+        with pytest.raises(ConfigError, match=rf"^{field.replace('.', r'[.]')}:"):
+            validate(config)
