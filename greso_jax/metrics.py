@@ -1,0 +1,171 @@
+"""Run records: metrics.jsonl + TensorBoard, the progress bar, end-of-run plots and summary table."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Iterable
+
+import numpy as np
+
+
+class MetricsWriter:
+    """Appends one JSON object per step to `workdir/metrics.jsonl` and mirrors scalars to
+    TensorBoard. On resume from `resume_step`, lines of later steps (written by the killed
+    run after its last checkpoint) are dropped so the file reads as one uninterrupted run."""
+
+    def __init__(self, workdir: str, *, enabled: bool = True, resume_step: int | None = None,
+                 tensorboard: bool = True):
+        self.enabled = enabled
+        self.path = os.path.join(workdir, "metrics.jsonl")
+        self._tb = None
+        if not enabled:
+            return
+        os.makedirs(workdir, exist_ok=True)
+        _truncate_after(self.path, -1 if resume_step is None else resume_step)
+        if tensorboard:
+            from tensorboardX import SummaryWriter
+
+            self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+
+    def write(self, step: int, metrics: dict) -> None:
+        if not self.enabled:
+            return
+        record = {"step": int(step)} | {k: _plain(v) for k, v in sorted(metrics.items())}
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self._tb is not None:
+            for key, value in record.items():
+                if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
+                    self._tb.add_scalar(key, value, step)
+            self._tb.flush()
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+
+
+def _plain(value):
+    if isinstance(value, (np.generic, np.ndarray)):
+        value = value.item() if np.ndim(value) == 0 else value.tolist()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # JSON has no NaN; keep it visible
+    return value
+
+
+def _truncate_after(path: str, step: int) -> None:
+    """Keeps the lines with step <= `step` (all lines are dropped when step is -1)."""
+    if not os.path.exists(path):
+        return
+    kept = [line for line in read_lines(path) if line["step"] <= step]
+    with open(path + ".tmp", "w") as f:
+        f.writelines(json.dumps(line) + "\n" for line in kept)
+    os.replace(path + ".tmp", path)
+
+
+def read_lines(path: str) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def read_metrics(workdir: str) -> list[dict]:
+    path = os.path.join(workdir, "metrics.jsonl")
+    return read_lines(path) if os.path.exists(path) else []
+
+
+class Progress:
+    """A tqdm bar over training steps with the numbers a researcher watches; `quiet` prints one
+    plain line per step instead (for log files)."""
+
+    FIELDS = (("reward", "rollout/reward_mean", "{:.3f}"), ("acc", "eval/accuracy", "{:.3f}"),
+              ("skip", "selection/skip_frac", "{:.0%}"), ("p_e", "selection/p_easy", "{:.3f}"),
+              ("p_h", "selection/p_hard", "{:.3f}"), ("rollouts", "rollout/num_responses", "{:,.0f}"))
+
+    def __init__(self, total: int, initial: int = 0, *, quiet: bool = False, enabled: bool = True):
+        self.quiet, self.enabled, self._last = quiet, enabled, {}
+        self._bar = None
+        if enabled and not quiet:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, initial=initial, desc="train", dynamic_ncols=True)
+
+    def update(self, step: int, metrics: dict) -> None:
+        if not self.enabled:
+            return
+        self._last.update({k: v for k, v in metrics.items() if v is not None})
+        parts = {name: fmt.format(self._last[key]) for name, key, fmt in self.FIELDS if key in self._last}
+        if self._bar is not None:
+            self._bar.set_postfix(parts, refresh=False)
+            self._bar.update(1)
+        else:
+            print(f"step {step}: " + " ".join(f"{k}={v}" for k, v in parts.items()), flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _series(records: Iterable[dict], key: str, x_key: str = "step"):
+    pairs = [(r[x_key], r[key]) for r in records
+             if isinstance(r.get(key), (int, float)) and isinstance(r.get(x_key), (int, float))]
+    return ([p[0] for p in pairs], [p[1] for p in pairs]) if pairs else ([], [])
+
+
+def plot_run(workdir: str) -> list[str]:
+    """Writes PNG plots from metrics.jsonl: accuracy vs step and vs cumulative rollouts,
+    zero-variance ratios, p_easy / p_hard, and the wall-time split. Returns the paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = read_metrics(workdir)
+    out_dir = os.path.join(workdir, "plots")
+    os.makedirs(out_dir, exist_ok=True)
+    panels = [
+        ("accuracy.png", [("eval/accuracy", "step", "held-out accuracy"),
+                          ("rollout/accuracy", "step", "rollout accuracy")], "step"),
+        ("accuracy_vs_rollouts.png", [("eval/accuracy", "rollout/num_responses", "held-out accuracy")],
+         "cumulative rollouts (responses generated)"),
+        ("zero_variance.png", [("selection/easy_ratio", "step", "all-correct groups"),
+                               ("selection/hard_ratio", "step", "all-wrong groups"),
+                               ("selection/zero_variance_ratio", "step", "zero-variance groups")], "step"),
+        ("greso_p.png", [("selection/p_easy", "step", "p_easy"), ("selection/p_hard", "step", "p_hard")], "step"),
+        ("time_split.png", [("time/rollout", "step", "rollout"), ("time/reward", "step", "reward"),
+                            ("time/update", "step", "update"), ("time/step", "step", "step")], "step"),
+    ]
+    paths = []
+    for name, lines, xlabel in panels:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        drawn = 0
+        for key, x_key, label in lines:
+            xs, ys = _series(records, key, x_key)
+            if xs:
+                ax.plot(xs, ys, marker="." if len(xs) < 30 else None, label=label)
+                drawn += 1
+        if drawn:
+            ax.set_xlabel(xlabel)
+            ax.grid(alpha=0.3)
+            ax.legend()
+            fig.tight_layout()
+            path = os.path.join(out_dir, name)
+            fig.savefig(path, dpi=100)
+            paths.append(path)
+        plt.close(fig)
+    return paths
+
+
+def format_table(rows: list[dict], columns: list[str]) -> str:
+    """A plain fixed-width text table (used by the summary and the benchmarks)."""
+    def cell(v):
+        if isinstance(v, float):
+            return f"{v:,.4g}" if abs(v) < 1e4 else f"{v:,.0f}"
+        return f"{v:,}" if isinstance(v, int) else str(v)
+
+    body = [[cell(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(b[i]) for b in body)) if body else len(c) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(b, widths)) for b in body]
+    return "\n".join(lines)
