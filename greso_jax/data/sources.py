@@ -1,0 +1,247 @@
+"""Prompt sources: verl parquet, the benchmark jsonl formats of ../shared/data, synthetic
+arithmetic; all become lists of `PromptRow` with dense integer prompt ids.
+
+Prompt ids are row positions (0 … N−1 after bad rows are skipped) in file order, so they are
+stable across epochs and restarts as long as the file and `skip_bad_rows` stay the same;
+the selectors index their per-prompt history arrays by them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+from typing import Any, Callable
+
+from greso_jax.rewards.math import gold_answer
+
+JSONL_FORMATS = ("gsm8k", "math500", "aime24", "amc23", "minerva_math", "olympiadbench", "gaokao2023en")
+BENCHMARKS = JSONL_FORMATS + ("synthetic",)
+
+
+class DataError(ValueError):
+    """Bad prompt data; the message names the file and the 1-based row."""
+
+
+@dataclasses.dataclass
+class PromptRow:
+    """One prompt. ground_truth holds the gold *answer* (already extracted from a solution)."""
+
+    prompt_id: int
+    question: str
+    ground_truth: str
+    data_source: str
+    difficulty: int = -1  # synthetic tasks: the difficulty level; real data: -1
+    messages: list[dict] | None = None  # the chat prompt as stored (verl parquet)
+
+
+class PromptRows(list):
+    """A list of PromptRow that also records where it came from and how many rows were skipped."""
+
+    def __init__(self, rows=(), *, path: str = "", num_bad_rows: int = 0):
+        super().__init__(rows)
+        self.path = path
+        self.num_bad_rows = num_bad_rows
+
+
+def _text(value: Any, field: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"field {field!r} must be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise ValueError(f"field {field!r} is empty")
+    return value
+
+
+def _first_field(record: dict, names: tuple[str, ...]) -> tuple[str, Any]:
+    for name in names:
+        if record.get(name) is not None:
+            return name, record[name]
+    raise ValueError(f"missing field: one of {', '.join(names)}")
+
+
+def _number_text(value: Any, field: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"field {field!r} must be a finite number or a string, got {value!r}")
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _answer_text(value: Any, field: str) -> str:
+    if isinstance(value, str):
+        return _text(value, field)
+    return _number_text(value, field)
+
+
+def _boxed_gold(record: dict, field: str) -> str:
+    solution = _text(record.get(field), field)
+    answer = gold_answer(solution)
+    if "\\boxed" not in solution and "\\fbox" not in solution:
+        raise ValueError(f"field {field!r} has no \\boxed{{}} answer")
+    return answer
+
+
+def _gsm8k_gold(record: dict) -> str:
+    solution = _text(record.get("answer"), "answer")
+    if "####" not in solution:
+        raise ValueError("field 'answer' has no '#### <answer>' line")
+    return gold_answer(solution)
+
+
+def _olympiad_gold(record: dict) -> str:
+    answers = record.get("final_answer")
+    if not isinstance(answers, list) or not answers or not all(isinstance(a, str) and a.strip() for a in answers):
+        raise ValueError("field 'final_answer' must be a non-empty list of non-empty strings")
+    return ", ".join(a.strip().strip("$").strip() for a in answers)
+
+
+def _generic_gold(record: dict) -> str:
+    field, value = _first_field(record, ("answer", "final_answer", "ground_truth", "solution"))
+    if isinstance(value, list):
+        return _olympiad_gold({"final_answer": value})
+    return gold_answer(_answer_text(value, field))
+
+
+def _gaokao_row(record: dict) -> tuple[str, str]:
+    """Two rows of gaokao2023en have an empty answer and carry it at the end of the question
+    ("...answers: $\\frac{3}{10}$", "...Answer: A"): split it off there."""
+    question = _text(record.get("question"), "question")
+    answer = record.get("answer")
+    if isinstance(answer, str) and not answer.strip():
+        match = _TRAILING_ANSWER.search(question)
+        if match:
+            return question[:match.start()].rstrip(), gold_answer(match.group(1))
+    return question, gold_answer(_answer_text(answer, "answer"))
+
+
+def _reader(question_fields: tuple[str, ...], read_gold: Callable[[dict], str]):
+    def read(record: dict) -> tuple[str, str]:
+        field, question = _first_field(record, question_fields)
+        return _text(question, field), read_gold(record)
+    return read
+
+
+_TRAILING_ANSWER = re.compile(r"\s*answers?:\s*(\S.{0,200}?)\s*$", re.IGNORECASE)
+
+# format → record → (question, gold answer)
+_JSONL_READERS: dict[str, Callable[[dict], tuple[str, str]]] = {
+    "gsm8k": _reader(("question",), _gsm8k_gold),
+    "math500": _reader(("question", "problem"), lambda r: _boxed_gold(r, "answer" if "answer" in r else "solution")),
+    "aime24": _reader(("problem", "question"), lambda r: _answer_text(r.get("answer"), "answer")),
+    "amc23": _reader(("question", "problem"), lambda r: _answer_text(r.get("answer"), "answer")),
+    "minerva_math": _reader(("problem", "question"), lambda r: _boxed_gold(r, "solution")),
+    "olympiadbench": _reader(("question",), _olympiad_gold),
+    "gaokao2023en": _gaokao_row,
+    "generic": _reader(("question", "problem", "prompt"), _generic_gold),
+}
+
+
+def detect_format(path: str) -> str:
+    """The jsonl format named by the file's folder (e.g. .../math500/test.jsonl), else "generic"."""
+    folder = os.path.basename(os.path.dirname(os.path.abspath(path))).lower()
+    return folder if folder in JSONL_FORMATS else "generic"
+
+
+def _check_not_empty(rows: PromptRows, path: str) -> PromptRows:
+    if not rows:
+        raise DataError(f"{path}: no usable prompts ({rows.num_bad_rows} bad rows skipped)")
+    return rows
+
+
+def load_jsonl(path: str, *, format: str | None = None, skip_bad_rows: bool = False) -> PromptRows:
+    """Rows of a jsonl benchmark/training file; `format` defaults to the folder's name."""
+    format = format or detect_format(path)
+    if format not in _JSONL_READERS:
+        raise DataError(f"{path}: unknown jsonl format {format!r} (one of {', '.join(_JSONL_READERS)})")
+    if not os.path.exists(path):
+        raise DataError(f"{path}: no such file")
+    read_row = _JSONL_READERS[format]
+    rows = PromptRows(path=path)
+    with open(path, encoding="utf-8") as f:
+        for line_number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                if not isinstance(record, dict):
+                    raise ValueError(f"expected a JSON object, got {type(record).__name__}")
+                question, gold = read_row(record)
+                row = PromptRow(prompt_id=len(rows), question=question, ground_truth=gold, data_source=format)
+                if not row.ground_truth.strip():
+                    raise ValueError("the gold answer is empty")
+            except ValueError as e:  # json.JSONDecodeError is a ValueError
+                if not skip_bad_rows:
+                    raise DataError(f"{path}:{line_number}: {e}") from None
+                rows.num_bad_rows += 1
+                continue
+            rows.append(row)
+    return _check_not_empty(rows, path)
+
+
+def _parquet_row(record: dict, prompt_id: int) -> PromptRow:
+    messages = record.get("prompt")
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("field 'prompt' must be a non-empty list of {role, content} messages")
+    for message in messages:
+        if not isinstance(message, dict) or not isinstance(message.get("content"), str) or "role" not in message:
+            raise ValueError("field 'prompt' has a message without string 'content' and 'role'")
+    user = [m["content"] for m in messages if m["role"] == "user"]
+    if not user or not user[-1].strip():
+        raise ValueError("field 'prompt' has no non-empty user message")
+    reward_model = record.get("reward_model")
+    if not isinstance(reward_model, dict):
+        raise ValueError("field 'reward_model' must be a struct with 'ground_truth'")
+    gold = _answer_text(reward_model.get("ground_truth"), "reward_model.ground_truth")
+    source = record.get("data_source")
+    return PromptRow(prompt_id=prompt_id, question=user[-1], ground_truth=gold_answer(gold),
+                     data_source=source if isinstance(source, str) and source else "parquet",
+                     messages=[{"role": m["role"], "content": m["content"]} for m in messages])
+
+
+def load_verl_parquet(path: str, *, skip_bad_rows: bool = False) -> PromptRows:
+    """Rows of a verl-format parquet: `prompt` (chat list), `reward_model.ground_truth`, `data_source`."""
+    import pyarrow.parquet as pq
+
+    if not os.path.exists(path):
+        raise DataError(f"{path}: no such file")
+    try:
+        table = pq.read_table(path)
+    except Exception as e:  # pyarrow raises several unrelated types for a corrupt file
+        raise DataError(f"{path}: not a readable parquet file: {e}") from None
+    rows = PromptRows(path=path)
+    for row_number, record in enumerate(table.to_pylist(), start=1):
+        try:
+            rows.append(_parquet_row(record, len(rows)))
+        except ValueError as e:
+            if not skip_bad_rows:
+                raise DataError(f"{path}: row {row_number}: {e}") from None
+            rows.num_bad_rows += 1
+    return _check_not_empty(rows, path)
+
+
+def load_benchmark(name: str, data_dir: str, *, arith_num_heldout: int = 600, arith_seed: int = 1234,
+                   arith_num_train: int = 3000) -> PromptRows:
+    """A named evaluation set: `data_dir/<name>/test.jsonl`, or "synthetic" (the arithmetic
+    held-out pool for the given generator settings)."""
+    if name == "synthetic":
+        from greso_jax.data.arith import make_arith_pools
+
+        _, heldout = make_arith_pools(arith_num_train, arith_num_heldout, arith_seed)
+        return _check_not_empty(PromptRows(heldout, path="synthetic"), "synthetic")
+    if name not in JSONL_FORMATS:
+        raise DataError(f"unknown benchmark {name!r} (one of {', '.join(BENCHMARKS)})")
+    return load_jsonl(os.path.join(data_dir, name, "test.jsonl"), format=name)
+
+
+def load_source(data_config) -> PromptRows:
+    """The training prompts named by a config's `data` section (source, path, skip_bad_rows, arith_*)."""
+    if data_config.source == "arith":
+        from greso_jax.data.arith import make_arith_pools
+
+        train, _ = make_arith_pools(data_config.arith_num_train, data_config.arith_num_heldout, data_config.arith_seed)
+        return _check_not_empty(PromptRows(train, path="arith"), "arith")
+    if data_config.source == "parquet":
+        return load_verl_parquet(data_config.path, skip_bad_rows=data_config.skip_bad_rows)
+    if data_config.source == "jsonl":
+        return load_jsonl(data_config.path, skip_bad_rows=data_config.skip_bad_rows)
+    raise DataError(f"data.source: unknown source {data_config.source!r}")
