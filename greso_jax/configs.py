@@ -106,6 +106,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.selection.aero_n_extra = 4
     c.selection.aero_max_group_size = 16
     c.selection.aero_reject_k = 1.0
+    c.selection.aero_reject_below = 0.5  # selective rejection applies while success rate < this
     c.selection.aero_prior_alpha = 1.0
     c.selection.aero_prior_beta = 1.0
 
@@ -229,6 +230,7 @@ FIELD_SPECS: dict[str, Spec] = {
     "selection.aero_n_extra": Spec(INT, 1),
     "selection.aero_max_group_size": Spec(INT, 2),
     "selection.aero_reject_k": Spec(FLOAT, 0),
+    "selection.aero_reject_below": Spec(FLOAT, 0, 1, low_open=True),
     "selection.aero_prior_alpha": Spec(FLOAT, 0, low_open=True),
     "selection.aero_prior_beta": Spec(FLOAT, 0, low_open=True),
     "mesh.data": Spec(INT, check=_mesh_axis),

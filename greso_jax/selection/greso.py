@@ -1,0 +1,153 @@
+"""GRESO: skip prompts before rollout from their easy / hard streaks, with self-tuning p_easy / p_hard (DESIGN §1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from greso_jax.selection import counter_rng
+from greso_jax.selection.base import PassConfig, Selector, check_prompt_ids
+
+KEEP_FLOOR = 0.01  # every prompt keeps at least this chance of being re-explored
+_KEEP_STREAM = 1  # counter_rng stream id of the keep decisions
+
+
+class GresoSelector(Selector):
+    """Per-prompt easy / hard streaks (one dense signed int32 array, 4 bytes per prompt) and the GRESO skip rule.
+
+    A prompt whose last z consecutive rollouts were all correct is kept with probability
+    max(p_easy ** z, 0.01); all incorrect, max(p_hard ** z, 0.01); otherwise (mixed last
+    rollout, or never rolled out) 1. After each step p_easy / p_hard move by `delta_p`
+    toward the easy / hard zero-variance targets target_zero_variance/3 and 2·target/3.
+    Decisions are counter-based draws keyed by (seed, step, prompt id).
+    """
+
+    strategy = "greso"
+
+    def __init__(self, num_prompts: int, *, p_easy: float = 0.5, p_hard: float = 0.5, delta_p: float = 0.01,
+                 target_zero_variance: float = 0.25, p_min: float = 0.05, p_max: float = 0.95, seed: int = 0,
+                 group_size: int = 8, pass_config: PassConfig | None = None):
+        super().__init__(num_prompts, group_size=group_size, pass_config=pass_config, seed=seed)
+        for name, value in (("p_easy", p_easy), ("p_hard", p_hard), ("delta_p", delta_p),
+                            ("target_zero_variance", target_zero_variance), ("p_min", p_min), ("p_max", p_max)):
+            if not 0.0 <= float(value) <= 1.0:
+                raise ValueError(f"selection.{name}: must be in [0, 1], got {value!r}")
+        if p_min > p_max:
+            raise ValueError(f"selection.p_min: {p_min} is above selection.p_max {p_max}")
+        for name, value in (("p_easy", p_easy), ("p_hard", p_hard)):
+            if not p_min <= value <= p_max:
+                raise ValueError(f"selection.{name}: {value} is outside [p_min, p_max] = [{p_min}, {p_max}]")
+        self.p_easy = float(p_easy)
+        self.p_hard = float(p_hard)
+        self.delta_p = float(delta_p)
+        self.target_zero_variance = float(target_zero_variance)
+        self.p_min = float(p_min)
+        self.p_max = float(p_max)
+        # One signed streak per prompt (4 bytes): +z = z all-correct rollouts in a row, -z = z all-incorrect,
+        # 0 = last rollout mixed or never rolled out. The two streaks are exclusive, so one array holds both.
+        self.streak = np.zeros(self.num_prompts, dtype=np.int32)
+        self._keep_table_cache: tuple[tuple[float, float], np.ndarray, int, int] | None = None
+
+    @property
+    def z_easy(self) -> np.ndarray:
+        """Easy streak per prompt, int32 [num_prompts]."""
+        return np.maximum(self.streak, 0)
+
+    @property
+    def z_hard(self) -> np.ndarray:
+        """Hard streak per prompt, int32 [num_prompts]."""
+        return np.maximum(-self.streak, 0)
+
+    @property
+    def easy_target(self) -> float:
+        return self.target_zero_variance / 3.0
+
+    @property
+    def hard_target(self) -> float:
+        return 2.0 * self.target_zero_variance / 3.0
+
+    def keep_probabilities(self, prompt_ids) -> np.ndarray:
+        """Keep probability per prompt, float64 [N]."""
+        ids = check_prompt_ids(prompt_ids, self.num_prompts, "greso.keep_probabilities")
+        table, longest_hard, longest_easy = self._keep_table()
+        streak = np.clip(self.streak[ids], -longest_hard, longest_easy)
+        return table[streak + longest_hard]
+
+    def _keep_table(self) -> tuple[np.ndarray, int, int]:
+        """Keep probability for every streak value from -longest_hard to +longest_easy.
+
+        Beyond `longest` the probability no longer changes (it has reached the 0.01 floor, or
+        p == 1), so clipping the streak to it is exact and a lookup replaces 10^6 powers.
+        """
+        if self._keep_table_cache is not None and self._keep_table_cache[0] == (self.p_easy, self.p_hard):
+            return self._keep_table_cache[1:]
+        easy, hard = _streak_keep_probabilities(self.p_easy), _streak_keep_probabilities(self.p_hard)
+        table = np.concatenate([hard[:0:-1], easy])
+        self._keep_table_cache = ((self.p_easy, self.p_hard), table, hard.size - 1, easy.size - 1)
+        return table, hard.size - 1, easy.size - 1
+
+    def should_keep(self, prompt_ids) -> np.ndarray:
+        ids = check_prompt_ids(prompt_ids, self.num_prompts, "greso.should_keep")
+        draws = counter_rng.uniform(counter_rng.scalar_key(self.seed, _KEEP_STREAM, self.step), ids)
+        return draws < self.keep_probabilities(ids)
+
+    def _classify_skipped(self, ids: np.ndarray) -> tuple[int, int]:
+        streak = self.streak[ids]
+        return int(np.count_nonzero(streak > 0)), int(np.count_nonzero(streak < 0))
+
+    def _update_history(self, ids, num_correct, num_samples, easy, hard) -> None:
+        if np.unique(ids).size == ids.size:
+            self.streak[ids] = _next_streak(self.streak[ids], easy, hard)
+            return
+        for row, prompt in enumerate(ids):  # a prompt repeated in one call: apply in rollout order
+            self.streak[prompt] = _next_streak(self.streak[prompt:prompt + 1], easy[row:row + 1],
+                                               hard[row:row + 1])[0]
+
+    def _adapt(self) -> None:
+        if self.step_groups == 0:
+            return
+        easy_ratio = self.step_easy / self.step_groups
+        hard_ratio = self.step_hard / self.step_groups
+        self.p_easy = self._clamp(self.p_easy - self.delta_p if easy_ratio >= self.easy_target
+                                  else self.p_easy + self.delta_p)
+        self.p_hard = self._clamp(self.p_hard - self.delta_p if hard_ratio >= self.hard_target
+                                  else self.p_hard + self.delta_p)
+
+    def _clamp(self, p: float) -> float:
+        return min(max(p, self.p_min), self.p_max)
+
+    def _p_easy_metric(self) -> float:
+        return self.p_easy
+
+    def _p_hard_metric(self) -> float:
+        return self.p_hard
+
+    def _history_state(self) -> dict[str, Any]:
+        return {"p_easy": self.p_easy, "p_hard": self.p_hard, "streak": self.streak.copy()}
+
+    def _load_history_state(self, state: dict[str, Any]) -> None:
+        streak = np.asarray(state["streak"])
+        if streak.shape != (self.num_prompts,) or not np.issubdtype(streak.dtype, np.integer):
+            raise ValueError(f"greso.load_state_dict: streak must be integer [{self.num_prompts}], "
+                             f"got {streak.dtype} {streak.shape}")
+        self.streak = streak.astype(np.int32).copy()
+        self.p_easy = float(state["p_easy"])
+        self.p_hard = float(state["p_hard"])
+
+
+def _next_streak(streak: np.ndarray, easy: np.ndarray, hard: np.ndarray) -> np.ndarray:
+    """Signed streaks after one rollout each: all-correct extends +, all-incorrect extends -, mixed resets."""
+    grown_easy = np.maximum(streak, 0) + 1
+    grown_hard = np.minimum(streak, 0) - 1
+    return np.where(easy, grown_easy, np.where(hard, grown_hard, 0)).astype(np.int32)
+
+
+def _streak_keep_probabilities(p: float, max_streak: int = 1 << 20) -> np.ndarray:
+    """max(p ** z, 0.01) for z = 0 .. the first z where it stops changing, float64."""
+    if p >= 1.0:
+        return np.ones(2)
+    if p <= KEEP_FLOOR:
+        return np.array([1.0, KEEP_FLOOR])
+    longest = min(int(np.ceil(np.log(KEEP_FLOOR) / np.log(p))) + 1, max_streak)
+    return np.maximum(np.power(p, np.arange(longest + 1, dtype=np.float64)), KEEP_FLOOR)

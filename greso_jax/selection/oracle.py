@@ -1,0 +1,47 @@
+"""Oracle selector (simulation only): knows each prompt's next outcome and skips exactly the zero-variance ones."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from greso_jax.selection.base import PassConfig, Selector, check_prompt_ids
+
+OUTCOME_MIXED, OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT = 0, 1, 2
+
+# outcome(step, prompt_ids int64 [N]) -> int [N] of the OUTCOME_* codes the next rollout of each prompt will have.
+OutcomeFn = Callable[[int, np.ndarray], np.ndarray]
+
+
+class OracleSelector(Selector):
+    """Skips, at zero cost, every prompt whose next group would be all correct or all incorrect.
+
+    The physical limit of any pre-rollout selector. `outcome` must predict exactly what the
+    rollout will produce (a simulator with counter-based draws can); the driver still drops
+    any zero-variance group that slips through, so a wrong prediction costs only responses.
+    """
+
+    strategy = "oracle"
+
+    def __init__(self, num_prompts: int, *, outcome: OutcomeFn, group_size: int = 8,
+                 pass_config: PassConfig | None = None, seed: int = 0):
+        super().__init__(num_prompts, group_size=group_size, pass_config=pass_config, seed=seed)
+        if not callable(outcome):
+            raise ValueError("oracle: `outcome` must be a callable (step, prompt_ids) -> outcome codes")
+        self.outcome = outcome
+
+    def _predict(self, ids: np.ndarray) -> np.ndarray:
+        codes = np.asarray(self.outcome(self.step, ids))
+        if codes.shape != ids.shape:
+            raise ValueError(f"oracle: outcome returned shape {codes.shape} for prompt_ids {ids.shape}")
+        return codes
+
+    def should_keep(self, prompt_ids) -> np.ndarray:
+        ids = check_prompt_ids(prompt_ids, self.num_prompts, "oracle.should_keep")
+        return self._predict(ids) == OUTCOME_MIXED
+
+    def _classify_skipped(self, ids: np.ndarray) -> tuple[int, int]:
+        codes = self._predict(ids)
+        return (int(np.count_nonzero(codes == OUTCOME_ALL_CORRECT)),
+                int(np.count_nonzero(codes == OUTCOME_ALL_INCORRECT)))
