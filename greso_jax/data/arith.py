@@ -1,0 +1,199 @@
+"""Synthetic arithmetic: a seeded, finite pool of integer problems with difficulty levels,
+in a format a tiny from-scratch model can learn (see greso_jax.rewards.arith).
+
+Format, chosen so that every output digit depends on few, aligned input digits:
+- prompt: operands zero-padded to their level's width, then "=", e.g. "47+85-29=";
+- response: the running total after every operation, in evaluation order, each written
+  least-significant digit first and zero-padded to one width per problem (the digits of the
+  largest value the prompt's shape allows), ";"-separated; the last field is the answer:
+  "47+85-29=" → totals 132, 103 → "231;301";
+- every running total is non-negative;
+- ground truth: the answer in ordinary decimal ("103").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from greso_jax.data.sources import PromptRow
+from greso_jax.rewards.arith import TOTAL_SEPARATOR
+
+ARITH_ALPHABET = "0123456789+-*()=" + TOTAL_SEPARATOR
+DATA_SOURCE = "arith"
+
+
+@dataclasses.dataclass(frozen=True)
+class Level:
+    """A problem shape. `pattern` uses one letter per operand and the operators + - * ( )."""
+
+    pattern: str
+    widths: tuple[int, ...]  # zero-padded digits of each operand, in order
+    band: str  # "easy" / "medium" / "hard": the expected difficulty for the tiny model
+
+
+# level → shape; the level number is the row's `difficulty` label.
+LEVELS: dict[int, Level] = {
+    0: Level("a+b", (2, 2), "easy"),
+    1: Level("a-b", (2, 2), "easy"),
+    2: Level("a+b", (3, 3), "easy"),
+    3: Level("a+b-c", (2, 2, 2), "medium"),
+    4: Level("a+b-c+d", (3, 3, 3, 3), "medium"),
+    5: Level("a*b", (2, 1), "medium"),
+    6: Level("(a+b)*c", (2, 2, 1), "hard"),
+    7: Level("a*b", (2, 2), "hard"),
+}
+DEFAULT_LEVEL_WEIGHTS: dict[int, float] = {0: 0.15, 1: 0.15, 2: 0.15, 3: 0.15, 4: 0.1, 5: 0.1, 6: 0.1, 7: 0.1}
+
+
+# ---------------------------------------------------------------------------------------
+# Evaluation of our own prompt format (a tiny recursive-descent parser; nothing is eval'ed)
+
+
+class _Parser:
+    """expr := term (("+"|"-") term)*; term := atom ("*" atom)*; atom := digits | "(" expr ")".
+    `evaluate` returns the value of each operation in evaluation order (the running totals)."""
+
+    def __init__(self, text: str, operand_value, combine):
+        self.text, self.pos, self.totals = text, 0, []
+        self.operand_value, self.combine = operand_value, combine
+
+    def _peek(self) -> str:
+        return self.text[self.pos] if self.pos < len(self.text) else ""
+
+    def _apply(self, op: str, left: int, right: int) -> int:
+        value = self.combine(op, left, right)
+        self.totals.append(value)
+        return value
+
+    def expr(self) -> int:
+        value = self.term()
+        while self._peek() in ("+", "-"):
+            op = self._peek()
+            self.pos += 1
+            value = self._apply(op, value, self.term())
+        return value
+
+    def term(self) -> int:
+        value = self.atom()
+        while self._peek() == "*":
+            self.pos += 1
+            value = self._apply("*", value, self.atom())
+        return value
+
+    def atom(self) -> int:
+        if self._peek() == "(":
+            self.pos += 1
+            value = self.expr()
+            if self._peek() != ")":
+                raise ValueError(f"arith: unbalanced parenthesis in {self.text!r}")
+            self.pos += 1
+            return value
+        start = self.pos
+        while self._peek().isdigit():
+            self.pos += 1
+        if start == self.pos:
+            raise ValueError(f"arith: expected a number at position {start} of {self.text!r}")
+        return self.operand_value(self.text[start:self.pos])
+
+
+def _exact(op: str, left: int, right: int) -> int:
+    return left + right if op == "+" else left - right if op == "-" else left * right
+
+
+def _upper_bound(op: str, left: int, right: int) -> int:
+    return left + right if op == "+" else left if op == "-" else left * right
+
+
+def _totals(question: str, operand_value, combine) -> list[int]:
+    body = question[:-1] if question.endswith("=") else question
+    parser = _Parser(body, operand_value, combine)
+    value = parser.expr()
+    if parser.pos != len(body):
+        raise ValueError(f"arith: unexpected {body[parser.pos]!r} in {question!r}")
+    return parser.totals or [value]
+
+
+def running_totals(question: str) -> list[int]:
+    """The value after each operation of an arith prompt ("47+85-29=" → [132, 103])."""
+    return _totals(question, int, _exact)
+
+
+def answer_width(question: str) -> int:
+    """Digits of the largest running total the prompt's shape allows (operands all 9s,
+    subtracting 0): the width every total of the response is padded to."""
+    return len(str(max(_totals(question, lambda digits: 10 ** len(digits) - 1, _upper_bound))))
+
+
+def solution_text(row: PromptRow) -> str:
+    """The full target response for an arith prompt (what precedes EOS)."""
+    totals = running_totals(row.question)
+    if min(totals) < 0:
+        raise ValueError(f"arith: {row.question!r} has a negative running total")
+    width = answer_width(row.question)
+    return TOTAL_SEPARATOR.join(str(t).zfill(width)[::-1] for t in totals)
+
+
+# ---------------------------------------------------------------------------------------
+# Generation
+
+
+def _operands(rng: np.random.Generator, level: Level) -> list[int]:
+    """Random operands for `level`, drawing subtrahends so every running total stays >= 0."""
+    letters = [ch for ch in level.pattern if ch.isalpha()]
+    values: list[int] = []
+    total = 0
+    for i, (letter, width) in enumerate(zip(letters, level.widths)):
+        op = level.pattern[level.pattern.index(letter) - 1] if i else "+"
+        high = 10 ** width - 1
+        if op == "-":
+            high = min(high, total)
+        values.append(int(rng.integers(0, high + 1)))
+        total = _exact(op, total, values[-1])
+    return values
+
+
+def make_problem(rng: np.random.Generator, level: int) -> str:
+    """One prompt of the given level, e.g. "47+85-29="."""
+    shape = LEVELS[level]
+    values = iter(_operands(rng, shape))
+    widths = iter(shape.widths)
+    return "".join(str(next(values)).zfill(next(widths)) if ch.isalpha() else ch for ch in shape.pattern) + "="
+
+
+def make_arith_pools(num_train: int, num_heldout: int, seed: int,
+                     level_weights: dict[int, float] | None = None) -> tuple[list[PromptRow], list[PromptRow]]:
+    """Disjoint training and held-out pools of distinct problems, deterministic in `seed`.
+    `level_weights` (level → weight) is the difficulty knob; prompt ids are dense per pool."""
+    weights = dict(DEFAULT_LEVEL_WEIGHTS if level_weights is None else level_weights)
+    unknown = set(weights) - set(LEVELS)
+    if unknown or not weights or min(weights.values()) < 0 or sum(weights.values()) <= 0:
+        raise ValueError(f"level_weights: need non-negative weights over levels {sorted(LEVELS)}, got {weights}")
+    if num_train < 0 or num_heldout < 0:
+        raise ValueError(f"make_arith_pools: sizes must be >= 0, got {num_train}, {num_heldout}")
+    levels = np.array(sorted(weights))
+    probabilities = np.array([weights[level] for level in levels], dtype=np.float64)
+    probabilities /= probabilities.sum()
+    rng = np.random.default_rng(seed)
+    wanted = num_train + num_heldout
+    seen: dict[str, int] = {}
+    for _ in range(50 * wanted + 100):
+        if len(seen) == wanted:
+            break
+        level = int(rng.choice(levels, p=probabilities))
+        seen.setdefault(make_problem(rng, level), level)
+    else:
+        raise ValueError(f"make_arith_pools: could not draw {wanted} distinct problems from levels {weights}")
+    problems = list(seen.items())
+
+    def rows(items) -> list[PromptRow]:
+        return [PromptRow(prompt_id=i, question=q, ground_truth=str(running_totals(q)[-1]), data_source=DATA_SOURCE,
+                          difficulty=level) for i, (q, level) in enumerate(items)]
+
+    return rows(problems[:num_train]), rows(problems[num_train:])
+
+
+def difficulty_band(level: int) -> str:
+    """"easy" / "medium" / "hard" label of a level."""
+    return LEVELS[level].band
