@@ -1,0 +1,149 @@
+"""The prompt pipeline: a Grain MapDataset over prompt rows → seeded per-epoch shuffle
+(endless epochs) → per-host shard → tokenise → drop over-long prompts → the selector's
+keep decisions, with an iterator state that round-trips exactly.
+
+Multi-host: every host builds the same pipeline with its `shard_index` / `shard_count`. All
+hosts share one permutation per epoch (same seed) and host i reads positions
+i, i + k, i + 2k, … of the endless shuffled stream (k = shard_count), so within a global epoch
+the hosts read disjoint prompts and together read every prompt once.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence, TypedDict
+
+import grain
+import numpy as np
+
+from greso_jax.data.prompts import TEMPLATES, format_prompt
+from greso_jax.data.sources import PromptRow
+
+STATE_VERSION = 1
+
+
+class PromptElement(TypedDict):
+    prompt_id: int
+    prompt_tokens: np.ndarray  # int32 [L]
+    ground_truth: str
+    data_source: str
+    difficulty: int
+
+
+class KeepFilter(Protocol):
+    """The selection hook: decides, before generation, which prompts are rolled out."""
+
+    def should_keep(self, prompt_ids: np.ndarray) -> np.ndarray:
+        """prompt_ids int [N] → keep bool [N]."""
+
+
+class KeepAll:
+    """Keeps every prompt (vanilla GRPO, dynamic sampling)."""
+
+    def should_keep(self, prompt_ids: np.ndarray) -> np.ndarray:
+        return np.ones(len(prompt_ids), dtype=bool)
+
+
+class PromptPipeline:
+    """Endless, seeded, resumable stream of tokenised prompts; `next_prompts(n)` returns n
+    prompts the keep filter accepted."""
+
+    def __init__(self, rows: Sequence[PromptRow], tokenizer, *, template: str, max_prompt_length: int, seed: int,
+                 shuffle: bool = True, keep_filter: KeepFilter | None = None, shard_index: int = 0,
+                 shard_count: int = 1):
+        if not rows:
+            raise ValueError("PromptPipeline: the prompt source is empty")
+        if template not in TEMPLATES:
+            raise ValueError(f"data.prompt_template: {template!r} is not one of {', '.join(TEMPLATES)}")
+        if max_prompt_length < 1:
+            raise ValueError(f"data.max_prompt_length: must be >= 1, got {max_prompt_length}")
+        if not 0 <= shard_index < shard_count:
+            raise ValueError(f"shard_index {shard_index} is outside [0, shard_count={shard_count})")
+        ids = [row.prompt_id for row in rows]
+        if sorted(ids) != list(range(len(rows))):
+            raise ValueError("PromptPipeline: prompt ids must be 0 … N-1, each once (selector arrays index by them)")
+        self.rows = list(rows)
+        self.tokenizer, self.template, self.max_prompt_length = tokenizer, template, max_prompt_length
+        self.seed, self.shuffle = seed, shuffle
+        self.shard_index, self.shard_count = shard_index, shard_count
+        self.keep_filter = keep_filter if keep_filter is not None else KeepAll()
+        self.num_dropped_too_long = 0
+        self.num_skipped = 0
+        dataset = grain.MapDataset.source(self.rows)
+        if shuffle:
+            dataset = dataset.shuffle(seed=seed)
+        dataset = dataset.repeat(None)  # reseeds every epoch: each epoch has its own order
+        if shard_count > 1:
+            dataset = dataset[shard_index::shard_count]
+        self._dataset = dataset.map(self._tokenise)
+        self._iterator = iter(self._dataset.to_iter_dataset())
+
+    @property
+    def num_prompts(self) -> int:
+        """Prompts in the whole source (all shards): the size of the selector's id space."""
+        return len(self.rows)
+
+    @property
+    def epoch(self) -> int:
+        """The global epoch the next element belongs to (0-based)."""
+        position = self.shard_index + self._iterator.get_state()["next_index"] * self.shard_count
+        return position // len(self.rows)
+
+    def _tokenise(self, row: PromptRow) -> PromptElement:
+        tokens = self.tokenizer.encode(format_prompt(row, self.template, self.tokenizer))
+        return PromptElement(prompt_id=row.prompt_id, prompt_tokens=np.asarray(tokens, dtype=np.int32),
+                             ground_truth=row.ground_truth, data_source=row.data_source, difficulty=row.difficulty)
+
+    def _next_fitting(self) -> PromptElement:
+        """The next element no longer than max_prompt_length (longer ones are counted, dropped)."""
+        per_shard = -(-len(self.rows) // self.shard_count)
+        for _ in range(per_shard + 1):
+            element = next(self._iterator)
+            if len(element["prompt_tokens"]) <= self.max_prompt_length:
+                return element
+            self.num_dropped_too_long += 1
+        raise ValueError(f"data.max_prompt_length: a whole epoch of prompts is longer than {self.max_prompt_length} "
+                         "tokens")
+
+    def next_prompts(self, n: int) -> tuple[list[PromptElement], int, np.ndarray]:
+        """Pulls prompts until `n` are kept. Returns (kept elements, number skipped by the keep
+        filter, skipped prompt ids int64 [num_skipped])."""
+        if n < 0:
+            raise ValueError(f"next_prompts: n must be >= 0, got {n}")
+        kept: list[PromptElement] = []
+        skipped: list[int] = []
+        max_pulls = n + 1000 * len(self.rows)  # GRESO's 1% keep floor makes this unreachable in practice
+        pulled = 0
+        while len(kept) < n:
+            candidates = [self._next_fitting() for _ in range(n - len(kept))]
+            pulled += len(candidates)
+            ids = np.array([c["prompt_id"] for c in candidates], dtype=np.int64)
+            keep = np.asarray(self.keep_filter.should_keep(ids))
+            if keep.shape != ids.shape or keep.dtype != np.bool_:
+                raise ValueError(f"keep_filter.should_keep: expected bool [{len(ids)}], got {keep.dtype} {keep.shape}")
+            kept += [c for c, k in zip(candidates, keep) if k]
+            skipped += ids[~keep].tolist()
+            if pulled > max_pulls:
+                raise RuntimeError(f"next_prompts: the keep filter rejected {len(skipped)} of {pulled} prompts "
+                                   f"without keeping {n}")
+        self.num_skipped += len(skipped)
+        return kept, len(skipped), np.array(skipped, dtype=np.int64)
+
+    def get_state(self) -> dict:
+        """JSON-serialisable position of the stream (restore with `set_state`)."""
+        return {"version": STATE_VERSION, "iterator": dict(self._iterator.get_state()), "seed": self.seed,
+                "num_prompts": len(self.rows), "shard": [self.shard_index, self.shard_count],
+                "shuffle": self.shuffle, "num_dropped_too_long": self.num_dropped_too_long,
+                "num_skipped": self.num_skipped}
+
+    def set_state(self, state: dict) -> None:
+        """Resumes from `get_state()` output of a pipeline over the same rows and settings."""
+        expected = {"version": STATE_VERSION, "seed": self.seed, "num_prompts": len(self.rows),
+                    "shard": [self.shard_index, self.shard_count], "shuffle": self.shuffle}
+        for key, value in expected.items():
+            if key not in state:
+                raise ValueError(f"pipeline state: missing {key!r}")
+            if (list(state[key]) if key == "shard" else state[key]) != value:
+                raise ValueError(f"pipeline state: {key} is {state[key]!r}, this pipeline has {value!r}")
+        self._iterator.set_state(dict(state["iterator"]))
+        self.num_dropped_too_long = int(state["num_dropped_too_long"])
+        self.num_skipped = int(state["num_skipped"])
