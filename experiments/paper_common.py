@@ -1,0 +1,95 @@
+"""The GRESO paper's training setup, shared by its three model configs (one `paper_config` call each).
+
+Hyperparameters from the paper (verl recipes of "Act Only When It Pays"): G = 8, AdamW lr 1e-6
+constant, weight decay 0.01, PPO clip 0.2, grad clip 1.0, entropy bonus 0.001, no KL; GRESO
+p_easy = p_hard = 0.5, Δp = 0.01, target zero-variance ratio 0.25, p in [0.05, 0.95];
+evaluation with 4 samples at temperature 1.0, top-p 0.7 on the six math benchmarks of its tables.
+Choices of ours (not given by the paper) are marked "ours" below.
+
+The model folder, the training parquet and the benchmark folder come from flags:
+  --config.model.path=/models/Qwen2.5-Math-1.5B
+  --config.data.path=/data/dapo_math17k_cleaned/train.parquet
+  --config.eval.data_dir=/data
+"""
+
+from greso_jax import configs
+
+VARIANTS = {"greso": "greso", "ds": "dynamic_sampling", "vanilla": "vanilla", "aero": "aero"}
+PAPER_BENCHMARKS = ("math500", "aime24", "amc23", "minerva_math", "olympiadbench", "gaokao2023en")
+
+
+def paper_config(variant: str, *, preset: str, train_batch_size: int, rollout_batch_size: int,
+                 max_prompt_length: int, max_response_length: int, micro_batch_size: int):
+    """The paper's config for one model; `variant` picks the selection strategy (greso, ds, vanilla, aero)."""
+    variant = (variant or "greso").strip()
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
+    c = configs.get_config()
+    c.seed = 0
+
+    c.model.preset = preset  # the architecture, for abstract builds and memory planning without a folder
+    c.model.path = ""  # from --config.model.path
+    c.model.dtype = "bfloat16"
+    c.model.param_dtype = "float32"  # ours: f32 master weights, as verl's FSDP mixed precision keeps
+    c.model.remat = True  # ours: 4k-8k-token sequences do not fit without rematerialisation
+    c.model.tokenizer = "hf"
+
+    c.data.source = "parquet"
+    c.data.path = ""  # from --config.data.path
+    c.data.prompt_template = "greso"
+    c.data.max_prompt_length = max_prompt_length
+    c.data.reward_shaping = "greso"  # the authors' reward: 1 correct, 0.1 boxed but wrong, 0 no box
+    c.data.grading_workers = 8  # ours
+    c.data.grading_timeout_s = 2.0
+
+    c.sampling.max_new_tokens = max_response_length
+    c.sampling.temperature = 1.0
+    c.sampling.top_p = 1.0
+    c.sampling.top_k = 0
+
+    c.rl.group_size = 8
+    c.rl.advantage = "grpo"
+    c.rl.loss_aggregation = "token-mean"
+    c.rl.clip_low = 0.2
+    c.rl.clip_high = 0.2
+    c.rl.kl_coef = 0.0
+    c.rl.entropy_coef = 0.001
+    c.rl.ppo_epochs = 1
+    c.rl.mini_batch_size = 64
+    c.rl.micro_batch_size = micro_batch_size  # ours: responses per forward/backward, all devices together
+
+    c.train.num_steps = 1000  # ours: the paper reports curves over training; extend with the flag
+    c.train.train_batch_size = train_batch_size
+    c.train.learning_rate = 1e-6
+    c.train.lr_schedule = "constant"
+    c.train.warmup_steps = 0
+    c.train.weight_decay = 0.01
+    c.train.grad_clip = 1.0
+    c.train.warmstart_steps = 0
+    c.train.quiet = True  # ours: one line per step suits cluster logs
+
+    c.selection.strategy = VARIANTS[variant]
+    c.selection.rollout_batch_size = rollout_batch_size
+    c.selection.p_easy = 0.5
+    c.selection.p_hard = 0.5
+    c.selection.delta_p = 0.01
+    c.selection.target_zero_variance = 0.25
+    c.selection.p_min = 0.05
+    c.selection.p_max = 0.95
+
+    c.mesh.data = 1
+    c.mesh.fsdp = -1  # ours: FSDP over every device, as the paper's verl runs shard the model
+    c.mesh.tensor = 1
+
+    c.checkpoint.every_steps = 50  # ours
+    c.checkpoint.keep = 3
+
+    c.eval.every_steps = 25  # ours
+    c.eval.num_samples = 4
+    c.eval.temperature = 1.0
+    c.eval.top_p = 0.7
+    c.eval.max_new_tokens = 0  # the training response length
+    c.eval.benchmarks = PAPER_BENCHMARKS
+    c.eval.max_problems = 0
+    c.eval.data_dir = ""  # from --config.eval.data_dir
+    return c
