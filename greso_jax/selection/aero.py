@@ -41,7 +41,7 @@ def rescue_widths(n_explore: int, n_extra: int, max_group_size: int) -> list[int
 
 
 def rejection_mask(correct: np.ndarray, draws: np.ndarray, reject_k: float) -> np.ndarray:
-    """Loss mask bool [k]: all correct responses, plus the ceil(reject_k · #correct) incorrect ones with the lowest draws."""
+    """Loss mask bool [k]: every correct response plus ceil(reject_k · #correct) incorrect ones (lowest draws)."""
     num_correct = int(correct.sum())
     incorrect = np.flatnonzero(~correct)
     # The 1e-9 keeps a product like 0.1 · 30 = 3.0000000000000004 from rounding up to 4.

@@ -75,6 +75,10 @@ class Selector:
 
     # -- the calls the driver and the pipeline make -----------------------------------------
 
+    def first_pass_size(self, train_batch_size: int) -> int:
+        """Kept prompts to pull in a step's first pass: rollout_batch_size, over-provisioned for filtering."""
+        return self.pass_config.rollout_batch_size
+
     def should_keep(self, prompt_ids) -> np.ndarray:
         """Pre-rollout keep decision for the current step: bool [N]. The base keeps every prompt."""
         ids = check_prompt_ids(prompt_ids, self.num_prompts, f"{self.strategy}.should_keep")

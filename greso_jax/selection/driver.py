@@ -145,7 +145,8 @@ def _pull(pull_prompts: PullFn, n: int, selector: Selector) -> PulledPrompts:
     return PulledPrompts(ids, list(pulled.payloads), skipped)
 
 
-def _group(call: int, row: int, prompt_id: int, payload: Any, correct: np.ndarray, rewards: np.ndarray) -> SelectedGroup:
+def _group(call: int, row: int, prompt_id: int, payload: Any, correct: np.ndarray,
+           rewards: np.ndarray) -> SelectedGroup:
     samples = np.arange(correct.size, dtype=np.int64)
     refs = np.stack([np.full_like(samples, call), np.full_like(samples, row), samples], axis=1)
     return SelectedGroup(prompt_id=int(prompt_id), payload=payload, response_refs=refs, rewards=rewards.copy(),
@@ -157,7 +158,7 @@ def _pass_step(selector: Selector, calls: _RolloutCalls, pull_prompts: PullFn,
     """Vanilla (one pass, keep all), DS / GRESO / oracle (passes until train_batch_size groups with variance)."""
     config = selector.pass_config
     filters = selector.filters_zero_variance
-    pass_size = config.rollout_batch_size if filters else train_batch_size
+    pass_size = selector.first_pass_size(train_batch_size)
     collected: list[SelectedGroup] = []
     zero_variance_total = passes = 0
     while True:

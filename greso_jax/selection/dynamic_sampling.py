@@ -11,6 +11,9 @@ class VanillaSelector(Selector):
     strategy = "vanilla"
     filters_zero_variance = False
 
+    def first_pass_size(self, train_batch_size: int) -> int:
+        return train_batch_size
+
 
 class DynamicSamplingSelector(Selector):
     """Keeps every prompt before rollout; the driver drops zero-variance groups and runs more passes."""

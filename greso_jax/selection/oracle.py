@@ -31,6 +31,10 @@ class OracleSelector(Selector):
             raise ValueError("oracle: `outcome` must be a callable (step, prompt_ids) -> outcome codes")
         self.outcome = outcome
 
+    def first_pass_size(self, train_batch_size: int) -> int:
+        # Every kept prompt will have variance, so nothing needs over-provisioning.
+        return train_batch_size
+
     def _predict(self, ids: np.ndarray) -> np.ndarray:
         codes = np.asarray(self.outcome(self.step, ids))
         if codes.shape != ids.shape:

@@ -1,0 +1,227 @@
+"""Selection simulator: every strategy through the real step driver on ~20k prompts with drifting latent success.
+
+Each prompt i has a latent success probability p_i(t) = sigmoid(l0_i + (l1_i − l0_i) · ramp_i(t)),
+ramp_i(t) = clip((t − t0_i) / w_i, 0, 1), t the training step, T = --steps. Classes
+(fractions of the prompts, logits drawn per prompt):
+  solved      25%  l0 = l1 ~ N(4.5, 1)                         (p ≈ 0.99: all-correct groups)
+  never       20%  l0 = l1 ~ N(−5, 1)                          (p ≈ 0.01: all-incorrect groups)
+  learnable   35%  l0 ~ N(−1, 1.5), l1 = l0 + U(1, 4), t0 = 0, w ~ T·U(0.5, 1.5)
+  late        10%  l0 ~ N(−5, 1), l1 ~ N(0.5, 1), t0 ~ T·U(0.2, 0.7), w ~ T·U(0.1, 0.3)
+  regressing  10%  l0 ~ N(3, 1), l1 ~ N(0, 1), t0 ~ T·U(0, 0.6), w ~ T·U(0.1, 0.3)
+Responses are Bernoulli(p_i(t)) with reward = correct, drawn by counter-based draws keyed
+by (seed, step, prompt, response index within the step), so the oracle can know a group's
+outcome before it is rolled out. Prompts stream in seeded per-epoch shuffles, filtered
+lazily by the selector's `should_keep`, as the Grain pipeline does.
+
+  python experiments/bench/selection_sim.py            # full tables (~20k prompts, 200 steps)
+  python experiments/bench/selection_sim.py --quick    # a smaller run
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+
+import numpy as np
+
+from greso_jax.configs import get_config
+from greso_jax.selection import (OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_MIXED, PulledPrompts,
+                                 RolloutResult, make_selector, run_selection_step)
+from greso_jax.selection import counter_rng
+
+CLASS_FRACTIONS = {"solved": 0.25, "never": 0.20, "learnable": 0.35, "late": 0.10, "regressing": 0.10}
+_ROLLOUT_STREAM = 101  # counter_rng stream of the simulated responses
+
+
+@dataclasses.dataclass(frozen=True)
+class SimSettings:
+    num_prompts: int = 20_000
+    steps: int = 200
+    train_batch_size: int = 128
+    group_size: int = 8
+    rollout_batch_size: int = 192  # 1.5 x train_batch_size: the first pass over-provisions for filtering
+    min_pass_size: int = 32
+    max_passes: int = 10
+    seed: int = 0
+
+
+class LatentPopulation:
+    """Per-prompt latent success probability as a function of the training step (module docstring)."""
+
+    def __init__(self, num_prompts: int, horizon: int, seed: int):
+        rng = np.random.default_rng([seed, 7])
+        counts = np.floor(np.array(list(CLASS_FRACTIONS.values())) * num_prompts).astype(int)
+        counts[2] += num_prompts - counts.sum()  # rounding remainder goes to "learnable"
+        kind = rng.permutation(np.repeat(np.arange(len(counts)), counts))
+        n, T = num_prompts, float(horizon)
+        self.start, self.end = np.zeros(n), np.zeros(n)
+        self.t0, self.width = np.zeros(n), np.ones(n)
+        draws = {
+            0: lambda m: (rng.normal(4.5, 1, m),) * 2 + (np.zeros(m), np.ones(m)),
+            1: lambda m: (rng.normal(-5, 1, m),) * 2 + (np.zeros(m), np.ones(m)),
+            2: lambda m: _learnable(rng, m, T),
+            3: lambda m: (rng.normal(-5, 1, m), rng.normal(0.5, 1, m), T * rng.uniform(0.2, 0.7, m),
+                          T * rng.uniform(0.1, 0.3, m)),
+            4: lambda m: (rng.normal(3, 1, m), rng.normal(0, 1, m), T * rng.uniform(0, 0.6, m),
+                          T * rng.uniform(0.1, 0.3, m)),
+        }
+        for k, draw in draws.items():
+            rows = np.flatnonzero(kind == k)
+            self.start[rows], self.end[rows], self.t0[rows], self.width[rows] = draw(rows.size)
+
+    def success(self, prompt_ids: np.ndarray, step: int) -> np.ndarray:
+        """p_i(step), float64 [N]."""
+        ramp = np.clip((step - self.t0[prompt_ids]) / self.width[prompt_ids], 0.0, 1.0)
+        logit = self.start[prompt_ids] + (self.end[prompt_ids] - self.start[prompt_ids]) * ramp
+        return 1.0 / (1.0 + np.exp(-logit))
+
+
+def _learnable(rng, m: int, T: float):
+    start = rng.normal(-1, 1.5, m)
+    return start, start + rng.uniform(1, 4, m), np.zeros(m), T * rng.uniform(0.5, 1.5, m)
+
+
+class BernoulliRollouts:
+    """The simulated generator: correct ~ Bernoulli(p_i(step)), reward = correct; counter-based per response."""
+
+    def __init__(self, population: LatentPopulation, seed: int):
+        self.population, self.seed = population, seed
+        self.step = 0
+        self._drawn = np.zeros(population.start.size, dtype=np.int64)  # responses drawn per prompt this step
+
+    def begin_step(self, step: int) -> None:
+        self.step = step
+        self._drawn[:] = 0
+
+    def _draw(self, prompt_ids: np.ndarray, offsets: np.ndarray, num_samples: int) -> np.ndarray:
+        key = counter_rng.scalar_key(self.seed, _ROLLOUT_STREAM, self.step)
+        sample = offsets[:, None] + np.arange(num_samples)[None, :]
+        draws = counter_rng.uniform(key, prompt_ids[:, None], sample)
+        return draws < self.population.success(prompt_ids, self.step)[:, None]
+
+    def __call__(self, prompt_ids: np.ndarray, payloads: list, num_samples: int) -> RolloutResult:
+        offsets = np.zeros(prompt_ids.size, dtype=np.int64)
+        for row, prompt in enumerate(prompt_ids):  # a prompt may repeat across an epoch boundary
+            offsets[row] = self._drawn[prompt]
+            self._drawn[prompt] += num_samples
+        correct = self._draw(prompt_ids, offsets, num_samples)
+        return RolloutResult(correct=correct, rewards=correct.astype(np.float32), handle=None)
+
+    def outcome(self, group_size: int):
+        """The oracle's foresight: the outcome code of each prompt's next group of `group_size`."""
+        def predict(step: int, prompt_ids: np.ndarray) -> np.ndarray:
+            if step != self.step:
+                raise ValueError(f"oracle asked about step {step} while the simulator is at step {self.step}")
+            num_correct = self._draw(prompt_ids, self._drawn[prompt_ids], group_size).sum(axis=1)
+            return np.where(num_correct == group_size, OUTCOME_ALL_CORRECT,
+                            np.where(num_correct == 0, OUTCOME_ALL_INCORRECT, OUTCOME_MIXED))
+        return predict
+
+
+class PromptStream:
+    """Seeded per-epoch shuffles of all prompt ids, filtered lazily by the selector's keep decisions."""
+
+    def __init__(self, num_prompts: int, seed: int, should_keep, chunk: int = 256):
+        self.num_prompts, self.seed, self.should_keep, self.chunk = num_prompts, seed, should_keep, chunk
+        self.epoch, self.position = 0, 0
+        self.order = self._shuffle(0)
+
+    def _shuffle(self, epoch: int) -> np.ndarray:
+        return np.random.default_rng([self.seed, 11, epoch]).permutation(self.num_prompts)
+
+    def __call__(self, n: int) -> PulledPrompts:
+        kept, skipped, scanned = [], [], 0
+        need = n
+        while need > 0 and scanned < 10 * self.num_prompts:
+            if self.position == self.num_prompts:
+                self.epoch, self.position = self.epoch + 1, 0
+                self.order = self._shuffle(self.epoch)
+            candidates = self.order[self.position:self.position + max(need, self.chunk)]
+            keep = self.should_keep(candidates)
+            # Consume only up to the candidate that completes the request: the rest stay for the next pull.
+            enough = np.flatnonzero(np.cumsum(keep) >= need)
+            used = enough[0] + 1 if enough.size else candidates.size
+            kept.append(candidates[:used][keep[:used]])
+            skipped.append(candidates[:used][~keep[:used]])
+            self.position += used
+            scanned += used
+            need -= int(keep[:used].sum())
+        ids = np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
+        return PulledPrompts(prompt_ids=ids, payloads=[None] * ids.size,
+                             skipped_ids=np.concatenate(skipped) if skipped else np.zeros(0, dtype=np.int64))
+
+
+def run_strategy(strategy: str, settings: SimSettings, **selection_overrides) -> dict[str, float]:
+    """Runs `settings.steps` steps of one strategy; returns totals over the run."""
+    config = get_config().selection
+    config.strategy = strategy
+    config.rollout_batch_size = settings.rollout_batch_size
+    config.min_pass_size = settings.min_pass_size
+    config.max_passes = settings.max_passes
+    for name, value in selection_overrides.items():
+        config[name] = value
+    population = LatentPopulation(settings.num_prompts, settings.steps, settings.seed)
+    rollouts = BernoulliRollouts(population, settings.seed)
+    selector = make_selector(config, num_prompts=settings.num_prompts, group_size=settings.group_size,
+                             train_batch_size=settings.train_batch_size, seed=settings.seed,
+                             outcome=rollouts.outcome(settings.group_size) if strategy == "oracle" else None)
+    stream = PromptStream(settings.num_prompts, settings.seed, selector.should_keep)
+    effective = full = passes = batch = 0.0
+    for step in range(settings.steps):
+        rollouts.begin_step(step)
+        metrics = run_selection_step(selector, step, pull_prompts=stream, rollout=rollouts,
+                                     train_batch_size=settings.train_batch_size).metrics
+        effective += metrics["selection/effective_prompts"]
+        batch += metrics["selection/batch_groups"]
+        full += metrics["selection/full_batch"]
+        passes += metrics["selection/passes"]
+    responses = metrics["rollout/num_responses"]
+    return {"responses": responses, "effective_prompts": effective,
+            "responses_per_effective": responses / max(effective, 1.0),
+            "full_batch_fraction": full / settings.steps, "mean_passes": passes / settings.steps,
+            "mean_effective_batch": effective / settings.steps, "mean_batch": batch / settings.steps,
+            "p_easy": metrics["selection/p_easy"], "p_hard": metrics["selection/p_hard"]}
+
+
+def greso_efficiency(ds_responses: float, greso_responses: float, oracle_responses: float) -> float:
+    """(DS − GRESO) / (DS − oracle): the share of DS's avoidable waste that GRESO avoids."""
+    return (ds_responses - greso_responses) / (ds_responses - oracle_responses)
+
+
+STRATEGY_ORDER = ("vanilla", "dynamic_sampling", "greso", "aero", "oracle")
+DELTA_P_SWEEP = (0.0025, 0.005, 0.01, 0.02, 0.05)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for field in dataclasses.fields(SimSettings):
+        parser.add_argument(f"--{field.name.replace('_', '-')}", type=int, default=field.default)
+    parser.add_argument("--quick", action="store_true", help="5k prompts, 80 steps")
+    args = parser.parse_args()
+    settings = SimSettings(**{f.name: getattr(args, f.name) for f in dataclasses.fields(SimSettings)})
+    if args.quick:
+        settings = dataclasses.replace(settings, num_prompts=5000, steps=80)
+    started = time.perf_counter()
+    results = {name: run_strategy(name, settings) for name in STRATEGY_ORDER}
+    efficiency = greso_efficiency(results["dynamic_sampling"]["responses"], results["greso"]["responses"],
+                                  results["oracle"]["responses"])
+    print(f"settings: {settings}")
+    print("\n| strategy | responses | effective prompts | responses / effective prompt | full-batch steps "
+          "| mean passes |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, r in results.items():
+        print(f"| {name} | {r['responses']:.0f} | {r['effective_prompts']:.0f} | "
+              f"{r['responses_per_effective']:.2f} | {r['full_batch_fraction']:.3f} | {r['mean_passes']:.2f} |")
+    print(f"\nGRESO efficiency = (DS − GRESO) / (DS − oracle) responses = {efficiency:.3f}")
+    print("\n| Δp | responses | mean effective batch | responses / effective prompt | final p_easy | final p_hard |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for delta_p in DELTA_P_SWEEP:
+        r = results["greso"] if delta_p == 0.01 else run_strategy("greso", settings, delta_p=delta_p)
+        print(f"| {delta_p} | {r['responses']:.0f} | {r['mean_effective_batch']:.2f} | "
+              f"{r['responses_per_effective']:.2f} | {r['p_easy']:.3f} | {r['p_hard']:.3f} |")
+    print(f"\nwall time: {time.perf_counter() - started:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

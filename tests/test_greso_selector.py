@@ -1,0 +1,241 @@
+"""GRESO selector against hand-computed histories, an independent reference of the DESIGN rules, and resumes."""
+
+import time
+
+import numpy as np
+import pytest
+
+from greso_jax.selection import GresoSelector
+
+
+def groups(*kinds, size=4):
+    """bool [N, size] correctness rows: 'e' all correct, 'h' all incorrect, 'm' mixed."""
+    rows = {"e": [True] * size, "h": [False] * size, "m": [True] + [False] * (size - 1)}
+    return np.array([rows[k] for k in kinds], dtype=bool)
+
+
+def test_streaks_follow_hand_computed_history():
+    s = GresoSelector(3)
+    history = []
+    for kind in "eehmhh":
+        s.observe([0], groups(kind))
+        history.append((int(s.z_easy[0]), int(s.z_hard[0])))
+    assert history == [(1, 0), (2, 0), (0, 1), (0, 0), (0, 1), (0, 2)]
+    assert s.z_easy[1] == s.z_hard[1] == 0  # untouched prompts stay at zero
+
+
+def test_keep_probabilities_hand_computed_with_floor_and_unseen():
+    s = GresoSelector(6, p_easy=0.6, p_hard=0.3, p_min=0.05, p_max=0.95)
+    s.observe([0, 1, 2, 3], groups("e", "e", "h", "h"))
+    s.observe([1, 2, 3], groups("e", "h", "h"))
+    s.observe([3], groups("h"))
+    s.observe([3], groups("h"))
+    s.observe([4], groups("m"))
+    # prompt: z_easy, z_hard = 0: (1,0)  1: (2,0)  2: (0,2)  3: (0,4)  4: mixed  5: never seen
+    expected = [0.6, 0.36, 0.09, 0.01, 1.0, 1.0]  # 0.3**4 = 0.0081 -> floor 0.01
+    np.testing.assert_allclose(s.keep_probabilities([0, 1, 2, 3, 4, 5]), expected, rtol=1e-12)
+    np.testing.assert_allclose(s.keep_probabilities([3, 0]), [0.01, 0.6], rtol=1e-12)
+
+
+def test_mixed_group_resets_both_streaks_and_opposite_outcome_switches():
+    s = GresoSelector(2)
+    s.observe([0, 1], groups("e", "h"))
+    s.observe([0, 1], groups("e", "h"))
+    s.observe([0, 1], groups("h", "e"))
+    assert (s.z_easy.tolist(), s.z_hard.tolist()) == ([0, 1], [1, 0])
+    s.observe([0, 1], groups("m", "m"))
+    assert (s.z_easy.tolist(), s.z_hard.tolist()) == ([0, 0], [0, 0])
+    np.testing.assert_array_equal(s.keep_probabilities([0, 1]), [1.0, 1.0])
+
+
+def test_repeated_prompt_in_one_call_applies_in_order():
+    s = GresoSelector(1)
+    s.observe([0, 0, 0], groups("h", "e", "e"))
+    assert (int(s.z_easy[0]), int(s.z_hard[0])) == (2, 0)
+
+
+def test_adaptation_both_directions_and_ge_boundary():
+    s = GresoSelector(24, delta_p=0.01, target_zero_variance=0.25)  # targets: easy 1/12, hard 1/6
+    s.begin_step(0)
+    s.observe(np.arange(12), groups(*("e" + "h" + "m" * 10)))  # easy 1/12 >= 1/12, hard 1/12 < 1/6
+    s.end_step()
+    assert (s.p_easy, s.p_hard) == (0.5 - 0.01, 0.5 + 0.01)
+    s.begin_step(1)
+    s.observe(np.arange(12, 24), groups(*("hh" + "m" * 10)))  # easy 0 < 1/12, hard 2/12 >= 1/6
+    s.end_step()
+    assert (s.p_easy, s.p_hard) == (0.5 - 0.01 + 0.01, 0.5 + 0.01 - 0.01)
+
+
+def test_adaptation_counts_every_pass_of_the_step_and_empty_step_keeps_p():
+    s = GresoSelector(8, delta_p=0.05, target_zero_variance=0.3)  # targets: easy 0.1, hard 0.2
+    s.begin_step(0)
+    s.observe([0, 1, 2, 3, 4], groups("m", "m", "m", "m", "m"))
+    s.observe([5], groups("e"))  # over the step: easy 1/6 >= 0.1, hard 0 < 0.2
+    s.end_step()
+    assert (s.p_easy, s.p_hard) == (0.45, 0.55)
+    s.begin_step(1)
+    metrics = s.end_step()
+    assert (s.p_easy, s.p_hard) == (0.45, 0.55)
+    assert metrics["selection/p_easy"] == 0.45 and metrics["selection/kept"] == 0
+
+
+def test_clamps_at_p_min_and_p_max():
+    s = GresoSelector(4, p_easy=0.06, p_hard=0.94, delta_p=0.05, p_min=0.05, p_max=0.95)
+    for step in range(3):
+        s.begin_step(step)
+        s.observe([0, 1, 2, 3], groups("e", "e", "m", "m"))  # always above the easy target, no hard
+        s.end_step()
+        assert (s.p_easy, s.p_hard) == (0.05, 0.95)
+
+
+def test_skipped_prompts_record_nothing_and_are_counted_by_kind():
+    s = GresoSelector(4)
+    s.observe([0, 1, 2], groups("e", "h", "m"))
+    before = s.streak.copy()
+    s.begin_step(1)
+    s.record_skipped([0, 1, 2, 0])
+    np.testing.assert_array_equal(s.streak, before)
+    metrics = s.end_step()
+    assert (metrics["selection/skipped_easy"], metrics["selection/skipped_hard"]) == (2, 1)
+
+
+def reference_greso(scripted_steps, p_easy, p_hard, delta_p, target, p_min, p_max, probe_ids):
+    """The DESIGN §1 rules written the way the authors' code keeps them: a dict of outcome lists per prompt."""
+    history: dict[int, list[str]] = {}
+    trajectory, keep_probs = [], []
+    for step in scripted_steps:
+        n = easy = hard = 0
+        for prompt_ids, correct in step:
+            for prompt, row in zip(prompt_ids, correct):
+                kind = "easy" if row.all() else "hard" if not row.any() else "mixed"
+                history.setdefault(int(prompt), []).append(kind)
+                n, easy, hard = n + 1, easy + (kind == "easy"), hard + (kind == "hard")
+        if n:
+            p_easy = min(max(p_easy - delta_p if easy / n >= target / 3 else p_easy + delta_p, p_min), p_max)
+            p_hard = min(max(p_hard - delta_p if hard / n >= 2 * target / 3 else p_hard + delta_p, p_min), p_max)
+        trajectory.append((p_easy, p_hard))
+        probs = []
+        for prompt in probe_ids:
+            outcomes = history.get(int(prompt), [])
+            last = outcomes[-1] if outcomes else "mixed"
+            streak = 0
+            for kind in reversed(outcomes):
+                if kind != last:
+                    break
+                streak += 1
+            p = {"easy": p_easy, "hard": p_hard}.get(last)
+            probs.append(1.0 if p is None else max(p ** streak, 0.01))
+        keep_probs.append(probs)
+    return trajectory, keep_probs
+
+
+def test_scripted_sequence_matches_reference_rules():
+    rng = np.random.default_rng(5)
+    num_prompts, settings = 40, dict(p_easy=0.5, p_hard=0.5, delta_p=0.02, target=0.4, p_min=0.1, p_max=0.9)
+    success = rng.choice([0.0, 0.05, 0.5, 0.95, 1.0], size=num_prompts)
+    scripted = []
+    for step in range(60):
+        passes = []
+        for _ in range(rng.integers(0, 3)):  # 0 passes: a step that rolled out nothing
+            ids = rng.choice(num_prompts, size=rng.integers(1, 12), replace=False)
+            passes.append((ids, rng.random((ids.size, 4)) < success[ids, None]))
+        scripted.append(passes)
+    probe = np.arange(num_prompts)
+    expected_traj, expected_keep = reference_greso(scripted, probe_ids=probe, **settings)
+    s = GresoSelector(num_prompts, p_easy=0.5, p_hard=0.5, delta_p=0.02, target_zero_variance=0.4, p_min=0.1,
+                      p_max=0.9)
+    hit_floor = False
+    for step, passes in enumerate(scripted):
+        s.begin_step(step)
+        for ids, correct in passes:
+            s.observe(ids, correct)
+        s.end_step()
+        assert (s.p_easy, s.p_hard) == pytest.approx(expected_traj[step], abs=1e-12), f"step {step}"
+        np.testing.assert_allclose(s.keep_probabilities(probe), expected_keep[step], rtol=1e-9)
+        hit_floor |= bool(np.any(s.keep_probabilities(probe) == 0.01))
+    moved = {round(p, 6) for traj in expected_traj for p in traj}
+    assert len(moved) > 5 and hit_floor  # the script exercises adaptation and the floor
+
+
+def run_steps(selector, steps, success, rng_seed=3):
+    """Drives a selector through steps of keep decisions + observations; returns the decisions made."""
+    decisions = []
+    for step in steps:
+        selector.begin_step(step)
+        candidates = np.random.default_rng([rng_seed, step]).permutation(success.size)[:50]
+        keep = selector.should_keep(candidates)
+        decisions.append(keep.copy())
+        ids = candidates[keep]
+        outcome_rng = np.random.default_rng([rng_seed, step, 1])
+        selector.observe(ids, outcome_rng.random((ids.size, 4)) < success[ids, None])
+        selector.end_step()
+    return decisions
+
+
+def test_same_seed_same_decisions_and_independent_of_batch_order():
+    success = np.random.default_rng(0).choice([0.0, 0.5, 1.0], size=200)
+    a, b, c = GresoSelector(200, seed=7), GresoSelector(200, seed=7), GresoSelector(200, seed=8)
+    da, db, dc = run_steps(a, range(20), success), run_steps(b, range(20), success), run_steps(c, range(20), success)
+    assert all(np.array_equal(x, y) for x, y in zip(da, db))
+    assert not all(np.array_equal(x, y) for x, y in zip(da, dc))
+    ids = np.arange(200)
+    keep = a.should_keep(ids)
+    order = np.random.default_rng(1).permutation(200)
+    np.testing.assert_array_equal(a.should_keep(ids[order]), keep[order])
+    assert 0 < keep.sum() < 200  # the history built up skips some, not all
+
+
+def test_state_saved_mid_run_continues_identically():
+    success = np.random.default_rng(0).choice([0.0, 0.02, 0.5, 0.98, 1.0], size=300)
+    original = GresoSelector(300, seed=3, delta_p=0.03)
+    run_steps(original, range(15), success)
+    state = {k: np.asarray(v) for k, v in original.state_dict().items()}  # as orbax hands it back
+    restored = GresoSelector(300, seed=3, delta_p=0.03)
+    restored.load_state_dict(state)
+    after_original = run_steps(original, range(15, 30), success)
+    after_restored = run_steps(restored, range(15, 30), success)
+    assert all(np.array_equal(x, y) for x, y in zip(after_original, after_restored))
+    assert (original.p_easy, original.p_hard) == (restored.p_easy, restored.p_hard)
+    np.testing.assert_array_equal(original.streak, restored.streak)
+
+
+def test_state_dict_is_small_and_checked_on_load():
+    s = GresoSelector(1000)
+    state = s.state_dict()
+    assert sum(np.asarray(v).nbytes for v in state.values()) <= 16 * 1000 + 1024
+    with pytest.raises(ValueError, match="num_prompts"):
+        GresoSelector(999).load_state_dict(state)
+    bad = dict(state)
+    del bad["streak"]
+    with pytest.raises(ValueError, match="missing"):
+        GresoSelector(1000).load_state_dict(bad)
+
+
+def test_bad_input_names_the_problem():
+    s = GresoSelector(10)
+    with pytest.raises(ValueError, match="prompt id 10"):
+        s.keep_probabilities([3, 10])
+    with pytest.raises(ValueError, match=r"correct must be \[N=2"):
+        s.observe([1, 2], np.ones((3, 4), dtype=bool))
+    with pytest.raises(ValueError, match="bool"):
+        s.observe([1, 2], np.ones((2, 4), dtype=np.float32))
+    with pytest.raises(ValueError, match="selection.p_easy"):
+        GresoSelector(10, p_easy=0.99)
+    with pytest.raises(ValueError, match="selection.p_min"):
+        GresoSelector(10, p_min=0.6, p_max=0.4)
+
+
+def test_keep_probabilities_for_a_million_ids_under_50ms():
+    n = 10 ** 6
+    s = GresoSelector(n, p_easy=0.7, p_hard=0.4)
+    rng = np.random.default_rng(0)
+    s.streak[:] = rng.integers(-30, 30, n) * (rng.random(n) < 0.5)
+    ids = rng.permutation(n)
+    best = min(_timed(s.keep_probabilities, ids) for _ in range(5))
+    assert best < 0.05, f"{best * 1e3:.1f} ms"
+
+
+def _timed(fn, *args):
+    start = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - start
