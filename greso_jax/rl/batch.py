@@ -1,0 +1,106 @@
+"""`RolloutBatch`: the learner's input (prompt + response rows, loss masks, old log-probs, advantages) and its host-side builder."""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+
+class RolloutBatch(NamedTuple):
+    """B rows of prompt + response, right-padded to T. A pytree: every field is an array.
+
+    input_ids      int32 [B, T]  prompt tokens then response tokens then padding
+    attention_mask int32 [B, T]  1 on prompt and response tokens
+    response_mask  f32   [B, T]  1 on response tokens that enter the loss (EOS included, padding
+                                 and loss-masked rows excluded); built from lengths, never token values
+    old_logprobs   f32   [B, T]  log-prob of input_ids[b, t] under the sampling policy where
+                                 response_mask is 1, 0 elsewhere
+    advantages     f32   [B]     one per response
+    response_lengths int32 [B] | None  generated tokens per row (EOS counted) whether or not the row
+                                 enters the loss; None: taken from response_mask (metrics only)
+    """
+
+    input_ids: np.ndarray
+    attention_mask: np.ndarray
+    response_mask: np.ndarray
+    old_logprobs: np.ndarray
+    advantages: np.ndarray
+    response_lengths: np.ndarray | None = None
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.input_ids.shape[0])
+
+
+def make_rollout_batch(prompt_tokens: Sequence[Sequence[int]], response_tokens, response_lengths, response_logprobs,
+                       advantages, *, pad_id: int, total_length: int, loss_mask=None) -> RolloutBatch:
+    """Lays out B rows: row b holds prompt_tokens[b] at [0, P_b) and the first response_lengths[b]
+    tokens of response_tokens[b] at [P_b, P_b + length) (the EOS, when the response ended with
+    one, is the last counted token), then pad_id up to total_length.
+
+    response_tokens int32 [B, L]; response_lengths int [B] in [0, L]; response_logprobs f32 [B, L]
+    (sampler's log-prob of each response token); advantages f32 [B]; loss_mask bool [B] or None
+    (False: the row is generated but kept out of the loss, e.g. AERO's rejection).
+    """
+    response_tokens = np.asarray(response_tokens)
+    if response_tokens.ndim != 2:
+        raise ValueError(f"make_rollout_batch: response_tokens must be [B, L], got shape {response_tokens.shape}")
+    b, max_response = response_tokens.shape
+    if len(prompt_tokens) != b:
+        raise ValueError(f"make_rollout_batch: {len(prompt_tokens)} prompts for {b} response rows")
+    lengths = _per_row("response_lengths", response_lengths, b).astype(np.int64)
+    advantages = _per_row("advantages", advantages, b).astype(np.float32)
+    logprobs = np.asarray(response_logprobs, dtype=np.float32)
+    if logprobs.shape != (b, max_response):
+        raise ValueError(f"make_rollout_batch: response_logprobs shape {logprobs.shape} != response_tokens shape "
+                         f"{(b, max_response)}")
+    keep = np.ones(b, bool) if loss_mask is None else _per_row("loss_mask", loss_mask, b).astype(bool)
+    bad = np.flatnonzero((lengths < 0) | (lengths > max_response))
+    if bad.size:
+        raise ValueError(f"make_rollout_batch: row {bad[0]}: response length {lengths[bad[0]]} outside "
+                         f"[0, {max_response}]")
+    bad = np.flatnonzero(~np.isfinite(advantages))
+    if bad.size:
+        raise ValueError(f"make_rollout_batch: row {bad[0]}: advantage {advantages[bad[0]]} is not finite")
+
+    prompt_lengths = np.array([len(p) for p in prompt_tokens], np.int64)
+    bad = np.flatnonzero(prompt_lengths == 0)
+    if bad.size:
+        raise ValueError(f"make_rollout_batch: row {bad[0]}: empty prompt (the first response token needs a "
+                         "preceding token to be predicted from)")
+    bad = np.flatnonzero(prompt_lengths + lengths > total_length)
+    if bad.size:
+        r = bad[0]
+        raise ValueError(f"make_rollout_batch: row {r}: prompt {prompt_lengths[r]} + response {lengths[r]} tokens "
+                         f"exceed total_length {total_length}")
+
+    input_ids = np.full((b, total_length), pad_id, np.int32)
+    for row, prompt in enumerate(prompt_tokens):
+        input_ids[row, :prompt_lengths[row]] = prompt
+    positions = np.arange(total_length)[None, :]  # [1, T]
+    start, end = prompt_lengths[:, None], (prompt_lengths + lengths)[:, None]
+    in_response = (positions >= start) & (positions < end)  # [B, T]
+    # Response token j of row b sits at column start_b + j: gather by offset, then scatter by mask.
+    offset = np.clip(positions - start, 0, max(max_response - 1, 0))  # [B, T]
+    if max_response:
+        input_ids = np.where(in_response, np.take_along_axis(response_tokens, offset, axis=1), input_ids)
+        old_logprobs = np.where(in_response, np.take_along_axis(logprobs, offset, axis=1), 0.0)
+    else:
+        old_logprobs = np.zeros((b, total_length), np.float32)
+    response_mask = (in_response & keep[:, None]).astype(np.float32)
+    return RolloutBatch(
+        input_ids=input_ids.astype(np.int32),
+        attention_mask=(positions < end).astype(np.int32),
+        response_mask=response_mask,
+        old_logprobs=(old_logprobs * response_mask).astype(np.float32),
+        advantages=advantages,
+        response_lengths=lengths.astype(np.int32),
+    )
+
+
+def _per_row(name: str, values, b: int) -> np.ndarray:
+    values = np.asarray(values)
+    if values.shape != (b,):
+        raise ValueError(f"make_rollout_batch: {name} must have shape [B] = ({b},), got {values.shape}")
+    return values
