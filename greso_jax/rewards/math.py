@@ -57,22 +57,22 @@ class Grade:
 # Answer extraction (linear scans over bounded text; no regex backtracking on model output)
 
 
-def _match_braces(text: str, open_at: int) -> int | None:
-    """Index of the brace closing the one at `open_at`, or None when it is never closed."""
-    depth = 0
-    for i in range(open_at, len(text)):
-        ch = text[i]
-        if ch == "{" and text[i - 1] != "\\":
-            depth += 1
-        elif ch == "}" and text[i - 1] != "\\":
-            depth -= 1
-            if depth == 0:
-                return i
-    return None
+def _closing_braces(text: str) -> dict[int, int]:
+    """Position of each "{" → position of its matching "}" (unescaped braces; one pass)."""
+    pairs, stack = {}, []
+    for i, ch in enumerate(text):
+        if ch in "{}" and i and text[i - 1] == "\\":
+            continue
+        if ch == "{":
+            stack.append(i)
+        elif ch == "}" and stack:
+            pairs[stack.pop()] = i
+    return pairs
 
 
 def _last_boxed(text: str) -> str | None:
     """Content of the last complete \\boxed{...} / \\fbox{...} (or `\\boxed 5`) in `text`."""
+    pairs = None
     end = len(text)
     while True:
         start = max(text.rfind(cmd, 0, end) for cmd in _BOX_COMMANDS)
@@ -82,29 +82,34 @@ def _last_boxed(text: str) -> str | None:
         after = start + len(cmd)
         rest = text[after:after + 1]
         if rest == "{":
-            close = _match_braces(text, after)
-            if close is not None:
-                return text[after + 1:close]
+            pairs = _closing_braces(text) if pairs is None else pairs
+            if after in pairs:
+                return text[after + 1:pairs[after]]
         elif rest == " ":
-            token = text[after + 1:].split("$", 1)[0].split()
+            token = text[after + 1:after + 1 + MAX_ANSWER_CHARS].split("$", 1)[0].split()
             if token:
                 return token[0]
         end = start  # truncated or malformed box: try the one before it
+
+
+def _extract(text: str, answer_is_fallback: bool) -> tuple[str | None, bool]:
+    """(final answer or None, whether it came from a box)."""
+    text = text[-MAX_RESPONSE_CHARS:]
+    boxed = _last_boxed(text)
+    if boxed is not None:
+        return boxed.strip(), True
+    if answer_is_fallback:
+        match = _ANSWER_IS.search(text[-400:])
+        if match:
+            return match.group(1).strip().strip("$").strip(), False
+    return None, False
 
 
 def extract_answer(text: str, *, answer_is_fallback: bool = True) -> str | None:
     """The final answer written in `text`: the last \\boxed{}/\\fbox{} (nested braces
     allowed); else, optionally, what follows a closing "The answer is" / "Final answer:";
     else None."""
-    text = text[-MAX_RESPONSE_CHARS:]
-    boxed = _last_boxed(text)
-    if boxed is not None:
-        return boxed.strip()
-    if answer_is_fallback:
-        match = _ANSWER_IS.search(text[-400:])
-        if match:
-            return match.group(1).strip().strip("$").strip()
-    return None
+    return _extract(text, answer_is_fallback)[0]
 
 
 def gold_answer(ground_truth: str) -> str:
@@ -137,6 +142,10 @@ def _plain_number(answer: str) -> Decimal | None:
         return Decimal(answer.replace(",", ""))
     except InvalidOperation:
         return None
+
+
+def _strip_percent(answer: str) -> str:
+    return answer.removesuffix("\\%").removesuffix("%")
 
 
 def _latex_for_parser(answer: str) -> str:
@@ -213,6 +222,10 @@ def answers_match(predicted: str, gold: str) -> bool:
     num_pred, num_gold = _plain_number(norm_pred), _plain_number(norm_gold)
     if num_pred is not None and num_gold is not None:
         return num_pred == num_gold
+    # "12.5\%" against 12.5: the percent sign is a unit here (math-verify only sometimes agrees)
+    pct_pred, pct_gold = _plain_number(_strip_percent(norm_pred)), _plain_number(_strip_percent(norm_gold))
+    if pct_pred is not None and pct_pred == pct_gold:
+        return True
     from math_verify import verify
 
     parsed_gold = _parse_latex(gold)
@@ -259,20 +272,23 @@ def _check_shaping(shaping: str) -> None:
         raise ValueError(f"shaping: {shaping!r} is not one of {', '.join(SHAPINGS)}")
 
 
+def _wrong_reward(shaping: str, boxed: bool) -> float:
+    return GRESO_FORMAT_REWARD if shaping == "greso" and boxed else 0.0
+
+
 def grade(response: str, ground_truth: str, shaping: str = "binary", timeout_s: float = 2.0) -> Grade:
     """Grades one response against a gold field; never raises on bad model output."""
     _check_shaping(shaping)
-    boxed = _last_boxed(response[-MAX_RESPONSE_CHARS:]) is not None
-    wrong = Grade(GRESO_FORMAT_REWARD if shaping == "greso" and boxed else 0.0, False)
+    boxed = False
     try:
         with deadline(timeout_s):
-            predicted = extract_answer(response)
+            predicted, boxed = _extract(response, answer_is_fallback=True)
             correct = predicted is not None and answers_match(predicted, gold_answer(ground_truth))
     except GradingTimeout:
-        return dataclasses.replace(wrong, status="timeout")
+        return Grade(_wrong_reward(shaping, boxed), False, "timeout")
     except (Exception, RecursionError):  # a parser failure on hostile text is a wrong answer
-        return dataclasses.replace(wrong, status="error")
-    return Grade(1.0, True) if correct else wrong
+        return Grade(_wrong_reward(shaping, boxed), False, "error")
+    return Grade(1.0, True) if correct else Grade(_wrong_reward(shaping, boxed), False)
 
 
 def is_correct(response: str, ground_truth: str, timeout_s: float = 2.0) -> bool:
