@@ -10,8 +10,11 @@ ramp_i(t) = clip((t − t0_i) / w_i, 0, 1), t the training step, T = --steps. Cl
   regressing  10%  l0 ~ N(3, 1), l1 ~ N(0, 1), t0 ~ T·U(0, 0.6), w ~ T·U(0.1, 0.3)
 Responses are Bernoulli(p_i(t)) with reward = correct, drawn by counter-based draws keyed
 by (seed, step, prompt, response index within the step), so the oracle can know a group's
-outcome before it is rolled out. Prompts stream in seeded per-epoch shuffles, filtered
-lazily by the selector's `should_keep`, as the Grain pipeline does.
+outcome before it is rolled out (exactly, except when one pull takes the same prompt twice
+across an epoch boundary: the second copy is foreseen as if it were the first, and a wrong
+guess only costs the responses the driver then filters). Prompts stream in seeded
+per-epoch shuffles, filtered lazily by the selector's `should_keep`, as the Grain pipeline does.
+Every strategy runs through `greso_jax.selection.run_selection_step`, the trainer's code path.
 
   python experiments/bench/selection_sim.py            # full tables (~20k prompts, 200 steps)
   python experiments/bench/selection_sim.py --quick    # a smaller run

@@ -1,0 +1,86 @@
+"""AERO pieces (our reading of the paper): rescue rounds, selective rejection, Beta-posterior baselines, state."""
+
+import math
+
+import numpy as np
+import pytest
+
+from greso_jax.selection import AeroSelector
+from greso_jax.selection.aero import posterior_baseline, rejection_mask, rescue_widths
+
+
+def test_rescue_widths_spend_the_budget_exactly():
+    assert rescue_widths(4, 4, 16) == [4, 4, 4]
+    assert rescue_widths(4, 3, 12) == [3, 3, 2]
+    assert rescue_widths(4, 8, 6) == [2]
+    assert rescue_widths(5, 4, 6) == [1]
+
+
+def test_rejection_keeps_all_correct_and_k_times_as_many_incorrect_lowest_draws():
+    correct = np.array([True, False, False, False, True, False])
+    draws = np.array([0.9, 0.7, 0.1, 0.5, 0.0, 0.3])
+    assert rejection_mask(correct, draws, 1.0).tolist() == [True, False, True, False, True, True]
+    assert rejection_mask(correct, draws, 0.5).tolist() == [True, False, True, False, True, False]
+    assert rejection_mask(correct, draws, 0.0).tolist() == [True, False, False, False, True, False]
+    assert rejection_mask(correct, draws, 10.0).all()
+    # 0.1 * 30 is 3.0000000000000004 in floats: it must keep 3, not 4.
+    many = np.array([True] * 30 + [False] * 10)
+    assert rejection_mask(many, np.linspace(0, 1, 40), 0.1).sum() == 33
+
+
+def test_posterior_baseline_values():
+    assert posterior_baseline(4, 0, 1.0, 1.0) == pytest.approx((5 / 6, math.sqrt(5 / 36)))
+    assert posterior_baseline(0, 12, 1.0, 1.0) == pytest.approx((1 / 14, math.sqrt(13) / 14))
+    assert posterior_baseline(0, 0, 2.0, 6.0) == pytest.approx((0.25, math.sqrt(0.1875)))
+
+
+def test_curate_strata():
+    s = AeroSelector(4, n_explore=4, n_extra=4, max_group_size=12, reject_k=1.0, seed=1)
+    s.begin_step(3)
+    s.observe_counts([0, 1, 2, 3], [4, 0, 2, 1], [4, 12, 4, 4])
+    mask, base, scale = s.curate(0, np.ones(4, bool), np.ones(4, np.float32))  # all correct: posterior
+    assert mask.all() and (base, scale) == pytest.approx((5 / 6, math.sqrt(5 / 36)))
+    mask, base, scale = s.curate(1, np.zeros(12, bool), np.zeros(12, np.float32))  # rescue failed: posterior
+    assert mask.all() and base == pytest.approx(1 / 14)
+    half = np.array([True, True, False, False])
+    mask, base, scale = s.curate(2, half, half.astype(np.float32))  # u = 0.5: kept as generated
+    assert mask.all() and math.isnan(base) and math.isnan(scale)
+    low = np.array([False, True, False, False])
+    mask, base, scale = s.curate(3, low, low.astype(np.float32))  # u = 0.25: 1 correct + 1 incorrect
+    assert mask[1] and mask.sum() == 2 and math.isnan(base)
+    again, _, _ = s.curate(3, low, low.astype(np.float32))
+    np.testing.assert_array_equal(mask, again)  # keyed by (seed, step, prompt): deterministic
+    assert s.end_step()["selection/posterior_groups"] == 2
+
+
+def test_rejection_draws_depend_on_seed():
+    low = np.array([True] + [False] * 11)
+    masks = set()
+    for seed in range(8):
+        s = AeroSelector(1, n_explore=4, max_group_size=16, seed=seed)
+        s.observe_counts([0], [1], [12])
+        masks.add(tuple(s.curate(0, low, low.astype(np.float32))[0]))
+    assert len(masks) > 1
+
+
+def test_posterior_accumulates_across_steps_and_survives_state_round_trip():
+    s = AeroSelector(3, n_explore=2, max_group_size=4)
+    for step in range(3):
+        s.begin_step(step)
+        s.observe_counts([0, 0, 2], [2, 1, 0], [2, 4, 4])
+        s.end_step()
+    assert (s.successes.tolist(), s.failures.tolist()) == ([9, 0, 0], [9, 0, 12])
+    restored = AeroSelector(3, n_explore=2, max_group_size=4)
+    restored.load_state_dict({k: np.asarray(v) for k, v in s.state_dict().items()})
+    np.testing.assert_array_equal(restored.successes, s.successes)
+    np.testing.assert_array_equal(restored.failures, s.failures)
+    assert restored.step == 2
+
+
+def test_bad_knobs_are_named():
+    with pytest.raises(ValueError, match="aero_n_explore"):
+        AeroSelector(3, n_explore=8, max_group_size=8)
+    with pytest.raises(ValueError, match="aero_reject_below"):
+        AeroSelector(3, reject_below=0.0)
+    with pytest.raises(ValueError, match="aero_prior_alpha"):
+        AeroSelector(3, prior_alpha=0.0)

@@ -1,0 +1,70 @@
+"""The selection simulator (experiments/bench/selection_sim.py) on a small population: the strategies' order holds."""
+
+import importlib.util
+import os
+import sys
+
+import numpy as np
+import pytest
+
+SIM_PATH = os.path.join(os.path.dirname(__file__), "..", "experiments", "bench", "selection_sim.py")
+
+
+@pytest.fixture(scope="module")
+def sim():
+    spec = importlib.util.spec_from_file_location("selection_sim", SIM_PATH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["selection_sim"] = module  # dataclasses look their module up while the file executes
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def results(sim):
+    settings = sim.SimSettings(num_prompts=2000, steps=60, train_batch_size=32, rollout_batch_size=48,
+                               min_pass_size=8, seed=1)
+    return {name: sim.run_strategy(name, settings) for name in sim.STRATEGY_ORDER}
+
+
+def test_greso_fewer_responses_than_ds_for_the_same_effective_prompts(sim, results):
+    ds, greso = results["dynamic_sampling"], results["greso"]
+    assert ds["effective_prompts"] == greso["effective_prompts"] == 60 * 32
+    assert ds["full_batch_fraction"] == greso["full_batch_fraction"] == 1.0
+    assert greso["responses"] < 0.9 * ds["responses"]
+    assert 0 < sim.greso_efficiency(ds["responses"], greso["responses"], results["oracle"]["responses"]) < 1
+
+
+def test_oracle_bounds_every_strategy(results):
+    oracle = results["oracle"]
+    assert oracle["effective_prompts"] == 60 * 32 and oracle["responses_per_effective"] == pytest.approx(8.0, rel=0.02)
+    for name, r in results.items():
+        assert oracle["responses_per_effective"] <= r["responses_per_effective"] + 1e-9, name
+
+
+def test_vanilla_trains_on_zero_variance_groups(results):
+    vanilla = results["vanilla"]
+    assert vanilla["responses"] == 60 * 32 * 8 and vanilla["mean_effective_batch"] < 32
+
+
+def test_latent_population_drifts_as_documented(sim):
+    population = sim.LatentPopulation(10_000, 100, seed=0)
+    start, end = population.success(np.arange(10_000), 0), population.success(np.arange(10_000), 100)
+    assert 0.15 < np.mean(start > 0.97) < 0.35  # "solved" from the start (and some strong learners)
+    assert 0.15 < np.mean(end < 0.02) < 0.3  # "never"
+    rises, falls = np.mean(end - start > 0.3), np.mean(start - end > 0.3)
+    assert rises > 0.2 and falls > 0.05  # learnable / late prompts rise, regressing prompts fall
+
+
+def test_simulated_rollouts_are_counter_based_and_the_oracle_foresees_them(sim):
+    population = sim.LatentPopulation(500, 50, seed=0)
+    rollouts = sim.BernoulliRollouts(population, seed=0)
+    rollouts.begin_step(7)
+    ids = np.arange(0, 500, 3)
+    predicted = rollouts.outcome(8)(7, ids)
+    correct = rollouts(ids, [None] * ids.size, 8).correct
+    actual = np.where(correct.all(1), sim.OUTCOME_ALL_CORRECT, np.where(~correct.any(1), sim.OUTCOME_ALL_INCORRECT,
+                                                                         sim.OUTCOME_MIXED))
+    np.testing.assert_array_equal(predicted, actual)
+    again = sim.BernoulliRollouts(population, seed=0)
+    again.begin_step(7)
+    np.testing.assert_array_equal(again(ids[::-1], [None] * ids.size, 8).correct, correct[::-1])
