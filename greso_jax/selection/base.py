@@ -55,6 +55,7 @@ class Selector:
     """
 
     strategy = "base"
+    train_batch_size: int | None = None  # set by make_selector, for the trainer's convenience
     filters_zero_variance = True  # drop zero-variance groups and run more passes (DS / GRESO / oracle)
     staged_groups = False  # AERO: variable-size groups built in stages instead of passes
 
