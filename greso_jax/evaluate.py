@@ -1,0 +1,363 @@
+"""CLI: pass@1 / avg@k / pass@k of a checkpoint (a run's workdir step or a Hugging Face folder) on benchmark sets.
+
+  python -m greso_jax.evaluate --checkpoint runs/arith_tiny --benchmarks synthetic
+  python -m greso_jax.evaluate --checkpoint /models/Qwen2.5-Math-1.5B \
+      --config experiments/qwen2_5_math_1_5b.py --data_dir ../shared/data --output results.json
+
+Sampling and grading are `greso_jax.evaluation.sample_and_grade`, the code the trainer runs
+every eval.every_steps; with the run's own settings and seed (the defaults) a workdir step
+reproduces the in-training evaluation of that step.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import os
+import sys
+from typing import Sequence
+
+import ml_collections
+import numpy as np
+
+from greso_jax import configs
+
+# The trainer samples its evaluations with seed config.seed + this offset (greso_jax/trainer.py).
+TRAINER_EVAL_SEED_OFFSET = 1_000_003
+PAPER_BENCHMARKS = ("math500", "aime24", "amc23", "minerva_math", "olympiadbench", "gaokao2023en")
+
+
+class EvaluateError(ValueError):
+    """A bad checkpoint path, config or flag; the message names it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointSource:
+    kind: str  # "workdir" (orbax checkpoints of a run) or "hf" (a Hugging Face folder)
+    path: str  # the workdir or the HF folder
+    step: int | None = None  # workdir: the checkpoint step
+
+
+def _latest_step(checkpoint_dir: str) -> int | None:
+    steps = [int(name) for name in os.listdir(checkpoint_dir) if name.isdigit()
+             and os.path.isdir(os.path.join(checkpoint_dir, name))]
+    return max(steps) if steps else None
+
+
+def resolve_checkpoint(path: str) -> CheckpointSource:
+    """`workdir` (its latest step), `workdir/checkpoints/<step>`, or a Hugging Face folder."""
+    path = os.path.abspath(path)
+    if not os.path.isdir(path):
+        raise EvaluateError(f"--checkpoint: no such folder: {path}")
+    checkpoints = os.path.join(path, "checkpoints")
+    if os.path.isdir(checkpoints):
+        step = _latest_step(checkpoints)
+        if step is None:
+            raise EvaluateError(f"--checkpoint: {checkpoints} holds no finished checkpoint")
+        return CheckpointSource("workdir", path, step)
+    name, parent = os.path.basename(path), os.path.dirname(path)
+    if name.isdigit() and os.path.basename(parent) == "checkpoints":
+        return CheckpointSource("workdir", os.path.dirname(parent), int(name))
+    has_weights = any(os.path.exists(os.path.join(path, f))
+                      for f in ("model.safetensors", "model.safetensors.index.json"))
+    if os.path.exists(os.path.join(path, "config.json")) and has_weights:
+        return CheckpointSource("hf", path)
+    raise EvaluateError(f"--checkpoint: {path} is neither a run workdir (with checkpoints/), a "
+                        "workdir/checkpoints/<step> folder, nor a Hugging Face folder (config.json + safetensors)")
+
+
+def _hf_folder_defaults() -> ml_collections.ConfigDict:
+    """Settings for a bare Hugging Face folder evaluated without --config: the paper's evaluation
+    protocol (4 samples, temperature 1.0, top-p 0.7, GRESO prompt) on its six benchmarks."""
+    c = configs.get_config()
+    c.model.tokenizer = "hf"
+    c.data.prompt_template = "greso"
+    c.data.max_prompt_length = 1536
+    c.sampling.max_new_tokens = 2560
+    c.eval.num_samples, c.eval.temperature, c.eval.top_p = 4, 1.0, 0.7
+    c.eval.benchmarks = PAPER_BENCHMARKS
+    return c
+
+
+def run_config(source: CheckpointSource, config: ml_collections.ConfigDict | None) -> ml_collections.ConfigDict:
+    """The config that describes the checkpoint: `config` if given, else the run's config.json
+    (workdir) or the HF defaults. A HF checkpoint's folder becomes model.path."""
+    if config is not None:
+        config = copy.deepcopy(config)
+    elif source.kind == "workdir":
+        config_path = os.path.join(source.path, "config.json")
+        if not os.path.exists(config_path):
+            raise EvaluateError(f"--checkpoint: {config_path} is missing; pass the run's experiment file with --config")
+        with open(config_path) as f:
+            config = ml_collections.ConfigDict(json.load(f))
+    else:
+        config = _hf_folder_defaults()
+    if source.kind == "hf":
+        config.model.path = source.path
+        config.model.tokenizer = "hf"
+    return config
+
+
+def _validated(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """Validates every field evaluation uses; the training data section is not needed here."""
+    checked = copy.deepcopy(config)
+    checked.data.source, checked.data.path = "arith", ""
+    try:
+        configs.validate(checked)
+    except configs.ConfigError as e:
+        raise EvaluateError(str(e)) from None
+    return config
+
+
+def load_model(source: CheckpointSource, config, mesh):
+    """The policy with the checkpoint's parameters, placed on `mesh` as their logical axes ask."""
+    from greso_jax.models import PRESETS, abstract_model, from_pretrained, param_shardings
+    from greso_jax.models.weights import read_model_config
+
+    m = config.model
+    if source.kind == "hf":
+        return from_pretrained(source.path, dtype=m.dtype, mesh=mesh, param_dtype=m.param_dtype)
+    if m.path:
+        model_cfg = read_model_config(m.path, dtype=m.dtype, param_dtype=m.param_dtype)
+    else:
+        if m.preset not in PRESETS:
+            raise EvaluateError(f"model.preset: {m.preset!r} is not one of {', '.join(PRESETS)}")
+        model_cfg = PRESETS[m.preset].replace(dtype=m.dtype, param_dtype=m.param_dtype)
+    abstract = abstract_model(model_cfg)
+    params = restore_params(source.path, source.step, abstract, param_shardings(abstract, mesh))
+    return _merge_params(abstract, params)
+
+
+def restore_params(workdir: str, step: int, abstract_model, shardings) -> dict:
+    """Only the parameters of a run's checkpoint (orbax partial restore of item "train_state"
+    = {params, opt_state, step}): no optimiser state is read or allocated."""
+    import jax
+    import orbax.checkpoint as ocp
+    from flax import nnx
+
+    abstract_params = nnx.state(abstract_model, nnx.Param).to_pure_dict()
+    target = {"params": jax.tree.map(lambda v, s: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=s),
+                                     abstract_params, shardings.to_pure_dict())}
+    manager = ocp.CheckpointManager(os.path.join(workdir, "checkpoints"), item_names=("train_state",))
+    if step not in manager.all_steps():
+        raise EvaluateError(f"--checkpoint: {workdir}/checkpoints has no step {step} "
+                            f"(steps: {sorted(manager.all_steps())})")
+    try:
+        restored = manager.restore(step, args=ocp.args.Composite(train_state=ocp.args.PyTreeRestore(
+            item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target), partial_restore=True)))
+    except (ValueError, KeyError) as e:
+        raise EvaluateError(f"--checkpoint: step {step} of {workdir} does not match the model its config "
+                            f"describes: {e}") from None
+    finally:
+        manager.close()
+    return restored["train_state"]["params"]
+
+
+def _merge_params(abstract_model, params: dict):
+    from flax import nnx
+
+    graphdef, state = nnx.split(abstract_model)
+    state.replace_by_pure_dict(params)
+    return nnx.merge(graphdef, state)
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSettings:
+    benchmarks: tuple[str, ...]
+    num_samples: int
+    temperature: float
+    top_p: float
+    max_new_tokens: int
+    max_prompt_length: int
+    template: str
+    data_dir: str
+    max_problems: int
+    seed: int
+    pass_k: tuple[int, ...]
+
+
+def settings_from(config, *, benchmarks=None, num_samples=None, temperature=None, top_p=None,
+                  max_new_tokens=None, max_prompt_length=None, template=None, data_dir=None, max_problems=None,
+                  seed=None, pass_k=None) -> EvalSettings:
+    """Flags override the config's eval section (None: keep the config's value); checked like the config."""
+    c = copy.deepcopy(config)
+    e = c.eval
+    overrides = {"eval.num_samples": num_samples, "eval.temperature": temperature, "eval.top_p": top_p,
+                 "eval.max_new_tokens": max_new_tokens, "data.max_prompt_length": max_prompt_length,
+                 "data.prompt_template": template, "eval.data_dir": data_dir, "eval.max_problems": max_problems}
+    for name, value in overrides.items():
+        if value is not None:
+            section, field = name.split(".")
+            try:
+                c[section][field] = value
+            except TypeError as e:
+                raise EvaluateError(f"{name}: {e}") from None
+    if benchmarks is not None:
+        e.benchmarks = tuple(benchmarks)
+    _validated(c)
+    from greso_jax.data.sources import BENCHMARKS
+
+    names = tuple(e.benchmarks)
+    unknown = [b for b in names if b not in BENCHMARKS]
+    if not names or unknown:
+        raise EvaluateError(f"--benchmarks: {', '.join(unknown) or '(none)'} not among {', '.join(BENCHMARKS)}")
+    if len(set(names)) != len(names):
+        raise EvaluateError(f"--benchmarks: a benchmark is listed twice: {', '.join(names)}")
+    ks = tuple(sorted(set(pass_k))) if pass_k else (e.num_samples,)
+    if any(k < 1 or k > e.num_samples for k in ks):
+        raise EvaluateError(f"--k: every k must be in [1, num_samples={e.num_samples}], got {list(ks)}")
+    return EvalSettings(benchmarks=names, num_samples=e.num_samples, temperature=float(e.temperature),
+                        top_p=float(e.top_p), max_new_tokens=e.max_new_tokens or c.sampling.max_new_tokens,
+                        max_prompt_length=c.data.max_prompt_length, template=c.data.prompt_template,
+                        data_dir=e.data_dir, max_problems=e.max_problems,
+                        seed=c.seed + TRAINER_EVAL_SEED_OFFSET if seed is None else seed, pass_k=ks)
+
+
+def benchmark_metrics(correct: np.ndarray, pass_k: Sequence[int]) -> dict:
+    """correct bool [P, K] -> avg@K, pass@1 and pass@k for each k (unbiased), with per-problem counts."""
+    from greso_jax.evaluation import summarize
+
+    out = {}
+    for k in pass_k:
+        out.update(summarize(correct, k))
+    out["num_samples"] = int(correct.shape[1])
+    out["correct_counts"] = correct.sum(axis=1).astype(int).tolist()
+    return out
+
+
+def average_metrics(per_benchmark: dict[str, dict]) -> dict[str, float]:
+    """The unweighted mean over benchmarks of every rate (avg@K, pass@1, pass@k)."""
+    rates = [k for k in next(iter(per_benchmark.values())) if k.startswith(("avg@", "pass@"))]
+    return {k: float(np.mean([m[k] for m in per_benchmark.values()])) for k in rates}
+
+
+def evaluate(checkpoint: str, *, config=None, mesh=None, log=print, num_grading_workers: int | None = None,
+             batch_prompts: int = 128, **flag_overrides) -> dict:
+    """Loads `checkpoint`, samples and grades every benchmark; returns the results dict written as JSON."""
+    from greso_jax import evaluation
+    from greso_jax.components import build_tokenizer
+    from greso_jax.data.prompts import format_prompt
+    from greso_jax.data.sources import DataError, load_benchmark
+    from greso_jax.parallel.sharding import mesh_from_config
+    from greso_jax.rewards.pool import GradingPool
+
+    source = resolve_checkpoint(checkpoint)
+    config = run_config(source, config)
+    settings = settings_from(config, **flag_overrides)
+    if config.model.tokenizer == "hf" and not os.path.exists(os.path.join(config.model.path, "tokenizer.json")):
+        raise EvaluateError(f"model.path: {config.model.path} has no tokenizer.json")
+    rows = {}
+    for name in settings.benchmarks:
+        try:
+            rows[name] = load_benchmark(name, settings.data_dir, arith_num_heldout=config.data.arith_num_heldout,
+                                        arith_seed=config.data.arith_seed, arith_num_train=config.data.arith_num_train)
+        except DataError as e:
+            raise EvaluateError(f"--benchmarks {name} (--data_dir {settings.data_dir or '.'}): {e}") from None
+        if settings.max_problems:
+            rows[name] = rows[name][:settings.max_problems]
+    mesh = mesh if mesh is not None else mesh_from_config(config.mesh)
+    tokenizer = build_tokenizer(config)
+    model = load_model(source, config, mesh)
+    log(f"evaluating {source.kind} {source.path}" + (f" step {source.step}" if source.step is not None else "")
+        + f": {', '.join(f'{n} ({len(r)})' for n, r in rows.items())}, {settings.num_samples} samples each")
+    workers = config.data.grading_workers if num_grading_workers is None else num_grading_workers
+    per_benchmark = {}
+    with GradingPool(num_workers=workers, timeout_s=config.data.grading_timeout_s) as pool:
+        for name, benchmark_rows in rows.items():
+            correct = evaluation.sample_and_grade(
+                model, tokenizer, benchmark_rows, template=settings.template, num_samples=settings.num_samples,
+                temperature=settings.temperature, top_p=settings.top_p, max_new_tokens=settings.max_new_tokens,
+                seed=settings.seed, pool=pool, max_prompt_length=settings.max_prompt_length,
+                prompt_buckets=tuple(config.sampling.prompt_length_buckets),
+                row_buckets=tuple(config.sampling.row_buckets), batch_prompts=batch_prompts, mesh=mesh)
+            metrics = benchmark_metrics(correct, settings.pass_k)
+            metrics["prompts_too_long"] = sum(
+                len(tokenizer.encode(format_prompt(row, settings.template, tokenizer))) > settings.max_prompt_length
+                for row in benchmark_rows)
+            per_benchmark[name] = metrics
+            log(f"  {name}: avg@{settings.num_samples} {metrics[f'avg@{settings.num_samples}']:.4f}")
+    return {"checkpoint": source.path, "kind": source.kind, "step": source.step,
+            "settings": dataclasses.asdict(settings), "benchmarks": per_benchmark,
+            "average": average_metrics(per_benchmark)}
+
+
+def results_table(results: dict) -> str:
+    from greso_jax.metrics import format_table
+
+    rates = list(results["average"])
+    rows = [{"benchmark": name, "problems": m["num_problems"], **{k: round(m[k], 4) for k in rates}}
+            for name, m in results["benchmarks"].items()]
+    rows.append({"benchmark": "average", "problems": sum(m["num_problems"] for m in results["benchmarks"].values()),
+                 **{k: round(v, 4) for k, v in results["average"].items()}})
+    return format_table(rows, ["benchmark", "problems", *rates])
+
+
+def _define_flags():
+    from absl import flags
+    from ml_collections import config_flags
+
+    config_flags.DEFINE_config_file(
+        "config", None, "Experiment file (…/x.py[:variant]) describing the model, tokenizer and prompt; "
+        "default: the workdir's config.json, or the paper's evaluation settings for a Hugging Face folder.",
+        lock_config=False)
+    flags.DEFINE_string("checkpoint", None, "A run workdir (latest step), workdir/checkpoints/<step>, or a "
+                        "Hugging Face folder (config.json, *.safetensors, tokenizer.json).")
+    flags.DEFINE_list("benchmarks", None, "Comma-separated: math500, aime24, amc23, minerva_math, olympiadbench, "
+                      "gaokao2023en, gsm8k, synthetic (default: the config's eval.benchmarks).")
+    flags.DEFINE_integer("num_samples", None, "Responses per problem k (default: eval.num_samples).")
+    flags.DEFINE_float("temperature", None, "Sampling temperature (default: eval.temperature; 0 = greedy).")
+    flags.DEFINE_float("top_p", None, "Nucleus sampling (default: eval.top_p).")
+    flags.DEFINE_integer("max_new_tokens", None, "Response length cap (default: eval.max_new_tokens, "
+                         "else sampling.max_new_tokens).")
+    flags.DEFINE_integer("max_prompt_length", None, "Longer prompts count as wrong (default: data.max_prompt_length).")
+    flags.DEFINE_string("template", None, "Prompt template: plain, chat, greso, qwen_math (default: "
+                        "data.prompt_template).")
+    flags.DEFINE_string("data_dir", None, "Folder with <benchmark>/test.jsonl (default: eval.data_dir).")
+    flags.DEFINE_integer("max_problems", None, "First N problems of each benchmark; 0 = all (default: "
+                         "eval.max_problems).")
+    flags.DEFINE_integer("seed", None, "Sampling seed (default: the trainer's evaluation seed, config.seed + "
+                         f"{TRAINER_EVAL_SEED_OFFSET}).")
+    flags.DEFINE_list("k", None, "pass@k values to report, each <= num_samples (default: num_samples).")
+    flags.DEFINE_integer("grading_workers", None, "Grading processes (default: data.grading_workers).")
+    flags.DEFINE_integer("batch_prompts", 128, "Problems per sampler call.")
+    flags.DEFINE_string("output", "", "Write the results as JSON here.")
+    flags.mark_flag_as_required("checkpoint")
+
+
+def main(argv) -> None:
+    from absl import flags
+
+    del argv
+    f = flags.FLAGS
+    try:
+        pass_k = [int(k) for k in f.k] if f.k else None
+    except ValueError:
+        print(f"error: --k: expected integers, got {','.join(f.k)}", file=sys.stderr)
+        sys.exit(2)
+    try:
+        results = evaluate(f.checkpoint, config=f.config, num_grading_workers=f.grading_workers,
+                           batch_prompts=f.batch_prompts, benchmarks=f.benchmarks, num_samples=f.num_samples,
+                           temperature=f.temperature, top_p=f.top_p, max_new_tokens=f.max_new_tokens,
+                           max_prompt_length=f.max_prompt_length, template=f.template, data_dir=f.data_dir,
+                           max_problems=f.max_problems, seed=f.seed, pass_k=pass_k)
+    except (EvaluateError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    print(results_table(results))
+    if f.output:
+        os.makedirs(os.path.dirname(os.path.abspath(f.output)), exist_ok=True)
+        with open(f.output, "w") as out:
+            json.dump(results, out, indent=2)
+        print(f"wrote {f.output}")
+
+
+def run() -> None:
+    from absl import app
+
+    _define_flags()
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()
