@@ -14,6 +14,7 @@ Format, chosen so that every output digit depends on few, aligned input digits:
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -175,16 +176,23 @@ def make_arith_pools(num_train: int, num_heldout: int, seed: int,
     levels = np.array(sorted(weights))
     probabilities = np.array([weights[level] for level in levels], dtype=np.float64)
     probabilities /= probabilities.sum()
-    rng = np.random.default_rng(seed)
     wanted = num_train + num_heldout
+    capacity = sum(math.prod(10 ** w for w in LEVELS[level].widths) for level in levels if weights[level] > 0)
+    if wanted > capacity:
+        raise ValueError(f"make_arith_pools: {wanted} distinct problems requested, levels {weights} have at most "
+                         f"{capacity}")
+    rng = np.random.default_rng(seed)
     seen: dict[str, int] = {}
-    for _ in range(50 * wanted + 100):
-        if len(seen) == wanted:
-            break
-        level = int(rng.choice(levels, p=probabilities))
-        seen.setdefault(make_problem(rng, level), level)
-    else:
-        raise ValueError(f"make_arith_pools: could not draw {wanted} distinct problems from levels {weights}")
+    misses = 0
+    while len(seen) < wanted:
+        for level in rng.choice(levels, size=wanted - len(seen), p=probabilities):
+            question = make_problem(rng, int(level))
+            if question in seen:
+                misses += 1
+            else:
+                seen[question] = int(level)
+        if misses > 20 * wanted + 1000:
+            raise ValueError(f"make_arith_pools: could not draw {wanted} distinct problems from levels {weights}")
     problems = list(seen.items())
 
     def rows(items) -> list[PromptRow]:

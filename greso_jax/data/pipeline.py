@@ -75,7 +75,8 @@ class PromptPipeline:
         if shard_count > 1:
             dataset = dataset[shard_index::shard_count]
         self._dataset = dataset.map(self._tokenise)
-        self._iterator = iter(self._dataset.to_iter_dataset())
+        # Sequential reads: tokenising is cheap, and prefetch threads would run ahead of the keep filter.
+        self._iterator = iter(self._dataset.to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)))
 
     @property
     def num_prompts(self) -> int:

@@ -1,0 +1,154 @@
+"""Grain prompt pipeline: exact state round trip, per-epoch orders, seeds, length drops,
+the keep-filter hook, shards; prompt templates."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from greso_jax.data.arith import ARITH_ALPHABET, make_arith_pools
+from greso_jax.data.pipeline import KeepAll, PromptPipeline
+from greso_jax.data.prompts import QWEN_MATH_SYSTEM, format_prompt
+from greso_jax.data.sources import PromptRow
+from greso_jax.models.tokenizer import CharTokenizer, HFTokenizer
+
+ROWS, _ = make_arith_pools(40, 0, seed=5)
+TOKENIZER = CharTokenizer(ARITH_ALPHABET, 32)
+
+
+def pipeline(**overrides):
+    settings = dict(template="plain", max_prompt_length=64, seed=11)
+    settings.update(overrides)
+    return PromptPipeline(overrides.pop("rows", ROWS), TOKENIZER, **{k: v for k, v in settings.items() if k != "rows"})
+
+
+def ids(elements):
+    return [e["prompt_id"] for e in elements]
+
+
+class EvenIds:
+    def should_keep(self, prompt_ids):
+        return prompt_ids % 2 == 0
+
+
+def test_state_round_trip_mid_epoch_resumes_identically():
+    first = pipeline(keep_filter=EvenIds())
+    first.next_prompts(7)
+    state = json.loads(json.dumps(first.get_state()))  # the trainer stores it as JSON
+    expected = [first.next_prompts(9) for _ in range(6)]  # crosses into later epochs
+    resumed = pipeline(keep_filter=EvenIds())
+    resumed.set_state(state)
+    for kept, num_skipped, skipped in expected:
+        again = resumed.next_prompts(9)
+        assert ids(again[0]) == ids(kept) and again[1] == num_skipped
+        np.testing.assert_array_equal(again[2], skipped)
+        for a, b in zip(again[0], kept):
+            np.testing.assert_array_equal(a["prompt_tokens"], b["prompt_tokens"])
+    assert resumed.get_state() == first.get_state()
+
+
+def test_epochs_differ_and_seeds_repeat():
+    stream = pipeline()
+    epoch0, epoch1 = ids(stream.next_prompts(40)[0]), ids(stream.next_prompts(40)[0])
+    assert sorted(epoch0) == sorted(epoch1) == list(range(40))
+    assert epoch0 != epoch1 and stream.epoch == 2
+    same = pipeline()
+    assert ids(same.next_prompts(80)[0]) == epoch0 + epoch1
+    assert ids(pipeline(seed=12).next_prompts(40)[0]) != epoch0
+    assert ids(pipeline(shuffle=False).next_prompts(40)[0]) == list(range(40))
+
+
+def test_elements_carry_tokens_and_labels():
+    element = pipeline().next_prompts(1)[0][0]
+    row = ROWS[element["prompt_id"]]
+    assert element["prompt_tokens"].dtype == np.int32
+    assert TOKENIZER.decode(element["prompt_tokens"]) == row.question
+    assert (element["ground_truth"], element["data_source"], element["difficulty"]) == (
+        row.ground_truth, "arith", row.difficulty)
+
+
+def test_too_long_prompts_are_dropped_and_counted():
+    limit = 8
+    too_long = sum(len(r.question) > limit for r in ROWS)
+    assert 0 < too_long < len(ROWS)
+    stream = pipeline(max_prompt_length=limit)
+    kept = stream.next_prompts(len(ROWS) - too_long)[0]
+    assert all(len(e["prompt_tokens"]) <= limit for e in kept)
+    assert stream.num_dropped_too_long == too_long and stream.epoch == 1
+    with pytest.raises(ValueError, match="max_prompt_length"):
+        pipeline(max_prompt_length=2).next_prompts(1)
+
+
+def test_keep_filter_skips_before_generation():
+    stream = pipeline(keep_filter=EvenIds())
+    kept, num_skipped, skipped = stream.next_prompts(20)
+    assert all(i % 2 == 0 for i in ids(kept)) and len(kept) == 20
+    assert num_skipped == len(skipped) and all(skipped % 2 == 1)
+    assert stream.num_skipped == num_skipped
+    unfiltered = ids(pipeline().next_prompts(20 + num_skipped)[0])
+    assert [i for i in unfiltered if i % 2 == 0] == ids(kept)
+    assert KeepAll().should_keep(np.arange(3)).tolist() == [True] * 3
+
+
+def test_bad_keep_filter_and_bad_state():
+    class Wrong:
+        def should_keep(self, prompt_ids):
+            return np.ones(len(prompt_ids) + 1, dtype=bool)
+
+    with pytest.raises(ValueError, match="should_keep"):
+        pipeline(keep_filter=Wrong()).next_prompts(2)
+    state = pipeline().get_state()
+    with pytest.raises(ValueError, match="seed"):
+        pipeline(seed=3).set_state(state)
+
+
+def test_shards_split_each_epoch():
+    parts = [pipeline(shard_index=i, shard_count=2) for i in range(2)]
+    reads = [ids(p.next_prompts(20)[0]) for p in parts]
+    assert sorted(reads[0] + reads[1]) == list(range(40))
+    assert parts[0].num_prompts == 40
+
+
+def test_pipeline_rejects_sparse_ids():
+    rows = [PromptRow(5, "1+1=", "2", "arith")]
+    with pytest.raises(ValueError, match="prompt ids"):
+        PromptPipeline(rows, TOKENIZER, template="plain", max_prompt_length=8, seed=0)
+
+
+@pytest.fixture(scope="module")
+def chat_tokenizer(tmp_path_factory):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    folder = tmp_path_factory.mktemp("tok")
+    words = ["<|im_start|>", "<|im_end|>", "[UNK]"]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(folder / "tokenizer.json"))
+    template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": template, "eos_token": "<|im_end|>"}))
+    return HFTokenizer(str(folder))
+
+
+def test_templates(chat_tokenizer):
+    row = PromptRow(0, "What is 1+1?", "2", "gsm8k")
+    assert format_prompt(row, "plain", chat_tokenizer) == "What is 1+1?"
+    chat = format_prompt(row, "chat", chat_tokenizer)
+    assert chat == "<|im_start|>user\nWhat is 1+1?<|im_end|>\n<|im_start|>assistant\n"
+    greso = format_prompt(row, "greso", chat_tokenizer)
+    assert "Please solve the following math problem: What is 1+1?" in greso and "\\boxed{}" in greso
+    qwen = format_prompt(row, "qwen_math", chat_tokenizer)
+    assert qwen.startswith(f"<|im_start|>system\n{QWEN_MATH_SYSTEM}<|im_end|>")
+    stored = PromptRow(0, "q", "2", "dapo", messages=[{"role": "user", "content": "stored prompt"}])
+    assert "stored prompt" in format_prompt(stored, "chat", chat_tokenizer)
+    with pytest.raises(ValueError, match="prompt_template"):
+        format_prompt(row, "fancy", chat_tokenizer)
+
+
+def test_greso_template_keeps_the_parquet_instruction(shared_data):
+    from greso_jax.data.sources import load_verl_parquet
+
+    row = load_verl_parquet(os.path.join(shared_data, "dapo_math17k_cleaned", "train.parquet"))[0]
+    text = format_prompt(row, "greso", CharTokenizer("ab"))
+    assert text.count("Please solve the following math problem") == 1

@@ -1,0 +1,134 @@
+"""Prompt sources: every shared data file loads with its README row count and non-empty
+golds; bad rows are errors naming file and row, or skipped and counted."""
+
+import json
+import os
+
+import ml_collections
+import pytest
+
+from greso_jax.data.sources import DataError, load_benchmark, load_jsonl, load_source, load_verl_parquet
+
+README_ROWS = {
+    "gsm8k/train.jsonl": 7473, "gsm8k/test.jsonl": 1319, "math500/test.jsonl": 500, "aime24/test.jsonl": 30,
+    "amc23/test.jsonl": 40, "minerva_math/test.jsonl": 272, "olympiadbench/test.jsonl": 675,
+    "gaokao2023en/test.jsonl": 385,
+}
+
+
+@pytest.mark.parametrize("relative", sorted(README_ROWS))
+def test_shared_jsonl_files_load(shared_data, relative):
+    rows = load_jsonl(os.path.join(shared_data, relative))
+    assert len(rows) == README_ROWS[relative] and rows.num_bad_rows == 0
+    assert [r.prompt_id for r in rows] == list(range(len(rows)))
+    assert all(r.ground_truth.strip() and r.question.strip() for r in rows)
+    assert {r.data_source for r in rows} == {relative.split("/")[0]}
+
+
+def test_every_shared_file_is_covered(shared_data):
+    found = {os.path.relpath(os.path.join(d, f), shared_data) for d, _, fs in os.walk(shared_data) for f in fs
+             if f.endswith((".jsonl", ".parquet"))}
+    assert found == set(README_ROWS) | {"dapo_math17k_cleaned/train.parquet"}
+
+
+def test_shared_parquet_loads(shared_data):
+    rows = load_verl_parquet(os.path.join(shared_data, "dapo_math17k_cleaned", "train.parquet"))
+    assert len(rows) == 17917
+    assert all(r.ground_truth.strip() for r in rows)
+    assert rows[0].ground_truth == "34" and rows[0].data_source == "dapo_math"
+    assert rows[0].messages[0]["role"] == "user" and rows[0].question == rows[0].messages[0]["content"]
+
+
+@pytest.mark.parametrize("name,index,gold", [
+    ("gsm8k", 0, "18"), ("math500", 0, "\\left( 3, \\frac{\\pi}{2} \\right)"), ("amc23", 0, "27"),
+    ("aime24", 0, "204"), ("minerva_math", 0, "1.6"),
+])
+def test_gold_fields(shared_data, name, index, gold):
+    assert load_benchmark(name, shared_data)[index].ground_truth == gold
+
+
+def test_gaokao_answers_carried_in_the_question(shared_data):
+    rows = load_benchmark("gaokao2023en", shared_data)
+    assert rows[167].ground_truth == "\\frac{3}{10}" and "answers:" not in rows[167].question
+    assert rows[192].ground_truth == "A"
+
+
+def test_olympiadbench_joins_multiple_answers(tmp_path):
+    path = tmp_path / "olympiadbench" / "test.jsonl"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"question": "q", "final_answer": ["$1$", "$2$"]}) + "\n")
+    assert load_jsonl(str(path))[0].ground_truth == "1, 2"
+
+
+def write_lines(tmp_path, folder, lines):
+    path = tmp_path / folder / "test.jsonl"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+GOOD = json.dumps({"question": "1+1?", "answer": "so\n#### 2"})
+
+
+@pytest.mark.parametrize("bad,message", [
+    ("{not json", "Expecting"),
+    (json.dumps({"answer": "#### 2"}), "missing field"),
+    (json.dumps({"question": "q"}), "'answer' must be a string"),
+    (json.dumps({"question": 5, "answer": "#### 2"}), "'question' must be a string"),
+    (json.dumps({"question": "q", "answer": "no marker"}), "####"),
+    (json.dumps(["a", "list"]), "JSON object"),
+])
+def test_bad_rows_name_file_and_row(tmp_path, bad, message):
+    path = write_lines(tmp_path, "gsm8k", [GOOD, bad, GOOD])
+    with pytest.raises(DataError, match=f"{path}:2: .*{message}"):
+        load_jsonl(path)
+    rows = load_jsonl(path, skip_bad_rows=True)
+    assert len(rows) == 2 and rows.num_bad_rows == 1 and [r.prompt_id for r in rows] == [0, 1]
+
+
+def test_empty_source_is_an_error(tmp_path):
+    with pytest.raises(DataError, match="no usable prompts"):
+        load_jsonl(write_lines(tmp_path, "gsm8k", [""]))
+    with pytest.raises(DataError, match="no usable prompts .*1 bad"):
+        load_jsonl(write_lines(tmp_path, "gsm8k", ["{bad"]), skip_bad_rows=True)
+
+
+def test_boxed_formats_need_a_box(tmp_path):
+    path = write_lines(tmp_path, "math500", [json.dumps({"question": "q", "answer": "no box"})])
+    with pytest.raises(DataError, match=r":1: .*boxed"):
+        load_jsonl(path)
+
+
+def test_unknown_folder_uses_generic_format(tmp_path):
+    path = write_lines(tmp_path, "mine", [json.dumps({"problem": "p", "solution": "it is $\\boxed{4}$"})])
+    rows = load_jsonl(path)
+    assert rows[0].ground_truth == "4" and rows[0].data_source == "generic"
+
+
+def test_bad_parquet_rows(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    good = {"prompt": [{"role": "user", "content": "q"}], "data_source": "d",
+            "reward_model": {"ground_truth": "3", "style": "rule"}}
+    bad = {"prompt": [{"role": "user", "content": "q"}], "data_source": "d",
+           "reward_model": {"ground_truth": None, "style": "rule"}}
+    path = str(tmp_path / "train.parquet")
+    pq.write_table(pa.Table.from_pylist([good, bad, good]), path)
+    with pytest.raises(DataError, match=f"{path}: row 2: .*ground_truth"):
+        load_verl_parquet(path)
+    rows = load_verl_parquet(path, skip_bad_rows=True)
+    assert len(rows) == 2 and rows.num_bad_rows == 1
+    with pytest.raises(DataError, match="no such file"):
+        load_verl_parquet(str(tmp_path / "missing.parquet"))
+
+
+def test_load_source_from_config(shared_data):
+    config = ml_collections.ConfigDict({"source": "jsonl", "path": os.path.join(shared_data, "amc23", "test.jsonl"),
+                                        "skip_bad_rows": False, "arith_num_train": 30, "arith_num_heldout": 5,
+                                        "arith_seed": 0})
+    assert len(load_source(config)) == 40
+    config.source = "arith"
+    rows = load_source(config)
+    assert len(rows) == 30 and rows[0].data_source == "arith"
+    assert len(load_benchmark("synthetic", "", arith_num_train=30, arith_num_heldout=5, arith_seed=0)) == 5
