@@ -1,0 +1,220 @@
+"""Δp ablation: one GRESO training run per exploration step Δp, then a comparison table and plot.
+
+  python experiments/ablate_delta_p.py --config experiments/arith_tiny.py:quick \
+      --values 0.0025,0.005,0.01,0.02,0.05 --workdir_root runs/ablate [--config.x=y ...]
+
+Each run is `python -m greso_jax.train --config CONFIG --config.selection.delta_p=V
+--workdir ROOT/dp_V` (extra --config.* flags are passed to every run), launched one after the
+other; a finished run (its summary.json exists) is not launched again, an interrupted one
+resumes from its checkpoint. `--print_only` prints the commands instead (to launch them on a
+cluster); `--collect_only` only reads the finished runs. The results go to ROOT:
+ablation.txt (table), ablation.json and accuracy_vs_rollouts.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from typing import Sequence
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO_ROOT not in sys.path:  # run as a script from anywhere: greso_jax is the sibling package
+    sys.path.insert(0, REPO_ROOT)
+
+from greso_jax.metrics import format_table, read_lines  # noqa: E402
+
+TABLE_COLUMNS = ["delta_p", "steps", "accuracy_before", "accuracy_final", "responses_generated",
+                 "prompts_skipped", "mean_effective_batch", "final_p_easy", "final_p_hard"]
+
+
+def run_name(value: float) -> str:
+    return f"dp_{value:g}"
+
+
+def parse_values(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"--values: expected comma-separated numbers, got {text!r}") from None
+    if not values or any(not 0 <= v <= 1 or not math.isfinite(v) for v in values):
+        raise ValueError(f"--values: every Δp must be in [0, 1], got {text!r}")
+    if len({run_name(v) for v in values}) != len(values):
+        raise ValueError(f"--values: repeated value in {text!r}")
+    return values
+
+
+def absolute_config(config: str) -> str:
+    """experiments/x.py:variant -> /abs/experiments/x.py:variant (the runs start in the repository root)."""
+    file, sep, variant = config.partition(":")
+    if not os.path.exists(file):
+        raise ValueError(f"--config: no such file: {file}")
+    return os.path.abspath(file) + sep + variant
+
+
+def launch_command(config: str, value: float, workdir: str, overrides: Sequence[str] = ()) -> list[str]:
+    return [sys.executable, "-m", "greso_jax.train", "--config", config, f"--config.selection.delta_p={value!r}",
+            *overrides, "--workdir", workdir]
+
+
+def is_finished(workdir: str) -> bool:
+    return os.path.exists(os.path.join(workdir, "summary.json"))
+
+
+def _share_warmstart(workdirs: Sequence[str], target: str) -> None:
+    """Copies a finished sibling's supervised warm start into `target`: Δp does not change it,
+    and the trainer re-checks the copy's settings key before reusing it."""
+    if os.path.exists(os.path.join(target, "warmstart")):
+        return
+    for other in workdirs:
+        source = os.path.join(other, "warmstart")
+        if other != target and os.path.exists(os.path.join(source, "warmstart.json")):
+            shutil.copytree(source, os.path.join(target, "warmstart"))
+            return
+
+
+def run_sweep(config: str, values: Sequence[float], root: str, overrides: Sequence[str] = (), log=print) -> list[float]:
+    """Runs the unfinished runs one after the other (output in ROOT/dp_V/train.log); returns the failed values."""
+    workdirs = [os.path.join(root, run_name(v)) for v in values]
+    failed = []
+    for value, workdir in zip(values, workdirs):
+        if is_finished(workdir):
+            log(f"{run_name(value)}: finished earlier, not launched again")
+            continue
+        os.makedirs(workdir, exist_ok=True)
+        _share_warmstart(workdirs, workdir)
+        command = launch_command(config, value, workdir, overrides)
+        log(f"{run_name(value)}: {shlex.join(command)}")
+        with open(os.path.join(workdir, "train.log"), "a") as out:
+            code = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, cwd=REPO_ROOT).returncode
+        if code != 0:
+            log(f"{run_name(value)}: exited with status {code}; see {os.path.join(workdir, 'train.log')}")
+            failed.append(value)
+    return failed
+
+
+def _last(records: Sequence[dict], key: str, default=float("nan")):
+    values = [r[key] for r in records if isinstance(r.get(key), (int, float))]
+    return values[-1] if values else default
+
+
+def effective_batch(record: dict) -> float | None:
+    """Groups that carry gradient in a step's batch: the trained groups minus their zero-variance share."""
+    groups = record.get("train/groups")
+    if not isinstance(groups, (int, float)):
+        return None
+    zero_std = record.get("actor/frac_zero_std_groups", 0.0)
+    return groups * (1.0 - (zero_std if isinstance(zero_std, (int, float)) else 0.0))
+
+
+def summarize_run(records: Sequence[dict], delta_p: float) -> dict:
+    """One table row from a run's metrics.jsonl records."""
+    evals = [r["eval/accuracy"] for r in records if isinstance(r.get("eval/accuracy"), (int, float))]
+    batches = [b for r in records if r.get("step", 0) > 0 and (b := effective_batch(r)) is not None]
+    return {"delta_p": delta_p, "steps": max((r["step"] for r in records), default=0),
+            "accuracy_before": evals[0] if evals else float("nan"),
+            "accuracy_final": evals[-1] if evals else float("nan"),
+            "responses_generated": int(_last(records, "rollout/num_responses", 0)),
+            "prompts_skipped": int(_last(records, "selection/skipped_total", 0)),
+            "mean_effective_batch": sum(batches) / len(batches) if batches else float("nan"),
+            "final_p_easy": _last(records, "selection/p_easy"), "final_p_hard": _last(records, "selection/p_hard")}
+
+
+def collect(root: str, values: Sequence[float], log=print) -> dict[float, list[dict]]:
+    """metrics.jsonl records of each finished run, by Δp (unfinished or missing runs are reported and left out)."""
+    runs = {}
+    for value in values:
+        workdir = os.path.join(root, run_name(value))
+        path = os.path.join(workdir, "metrics.jsonl")
+        if not is_finished(workdir) or not os.path.exists(path):
+            log(f"{run_name(value)}: not finished ({workdir}); left out of the table")
+            continue
+        try:
+            runs[value] = read_lines(path)
+        except (json.JSONDecodeError, KeyError) as e:
+            raise ValueError(f"{path}: not a metrics.jsonl file: {e}") from None
+    return runs
+
+
+def plot_accuracy_vs_rollouts(runs: dict[float, list[dict]], path: str) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for value, records in sorted(runs.items()):
+        points = [(r["rollout/num_responses"], r["eval/accuracy"]) for r in records
+                  if isinstance(r.get("eval/accuracy"), (int, float))
+                  and isinstance(r.get("rollout/num_responses"), (int, float))]
+        if points:
+            xs, ys = zip(*points)
+            ax.plot(xs, ys, marker="o", label=f"Δp = {value:g}")
+    ax.set_xlabel("cumulative rollouts (responses generated)")
+    ax.set_ylabel("held-out accuracy")
+    ax.set_title("GRESO Δp ablation")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_report(root: str, runs: dict[float, list[dict]]) -> tuple[str, list[dict]]:
+    """Writes ROOT/ablation.txt, ablation.json and accuracy_vs_rollouts.png; returns (table text, rows)."""
+    rows = [summarize_run(records, value) for value, records in sorted(runs.items())]
+    display = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()} for row in rows]
+    table = format_table(display, TABLE_COLUMNS)
+    os.makedirs(root, exist_ok=True)
+    with open(os.path.join(root, "ablation.txt"), "w") as f:
+        f.write(table + "\n")
+    with open(os.path.join(root, "ablation.json"), "w") as f:
+        json.dump(rows, f, indent=2)
+    plot_accuracy_vs_rollouts(runs, os.path.join(root, "accuracy_vs_rollouts.png"))
+    return table, rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True, help="experiment file[:variant], as for greso_jax.train")
+    parser.add_argument("--values", default="0.0025,0.005,0.01,0.02,0.05", help="comma-separated Δp values")
+    parser.add_argument("--workdir_root", required=True, help="one workdir per value goes under it")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--print_only", action="store_true", help="print the launch commands and stop")
+    mode.add_argument("--collect_only", action="store_true", help="only collect the finished runs")
+    args, overrides = parser.parse_known_args(argv)
+    bad = [o for o in overrides if not o.startswith("--config.")]
+    if bad:
+        parser.error(f"unknown arguments {bad} (only --config.<field>=<value> overrides are passed to the runs)")
+    try:
+        values = parse_values(args.values)
+        config = absolute_config(args.config)
+    except ValueError as e:
+        parser.error(str(e))
+    root = os.path.abspath(args.workdir_root)
+    if args.print_only:
+        for value in values:
+            print(shlex.join(launch_command(config, value, os.path.join(root, run_name(value)), overrides)))
+        return 0
+    failed = [] if args.collect_only else run_sweep(config, values, root, overrides)
+    runs = collect(root, values)
+    if not runs:
+        print(f"error: no finished runs under {root}", file=sys.stderr)
+        return 1
+    table, _ = write_report(root, runs)
+    print(table)
+    print(f"wrote {os.path.join(root, 'ablation.txt')}, ablation.json, accuracy_vs_rollouts.png")
+    if failed:
+        print(f"error: runs failed for Δp = {', '.join(f'{v:g}' for v in failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
