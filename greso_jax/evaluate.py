@@ -99,15 +99,14 @@ def run_config(source: CheckpointSource, config: ml_collections.ConfigDict | Non
     return config
 
 
-def _validated(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """Validates every field evaluation uses; the training data section is not needed here."""
+def _validate_for_evaluation(config: ml_collections.ConfigDict) -> None:
+    """Validates every field evaluation uses; the training data file is not needed here."""
     checked = copy.deepcopy(config)
     checked.data.source, checked.data.path = "arith", ""
     try:
         configs.validate(checked)
     except configs.ConfigError as e:
         raise EvaluateError(str(e)) from None
-    return config
 
 
 def load_model(source: CheckpointSource, config, mesh):
@@ -195,7 +194,7 @@ def settings_from(config, *, benchmarks=None, num_samples=None, temperature=None
                 raise EvaluateError(f"{name}: {e}") from None
     if benchmarks is not None:
         e.benchmarks = tuple(benchmarks)
-    _validated(c)
+    _validate_for_evaluation(c)
     from greso_jax.data.sources import BENCHMARKS
 
     names = tuple(e.benchmarks)
@@ -232,9 +231,13 @@ def average_metrics(per_benchmark: dict[str, dict]) -> dict[str, float]:
     return {k: float(np.mean([m[k] for m in per_benchmark.values()])) for k in rates}
 
 
-def evaluate(checkpoint: str, *, config=None, mesh=None, log=print, num_grading_workers: int | None = None,
-             batch_prompts: int = 128, **flag_overrides) -> dict:
-    """Loads `checkpoint`, samples and grades every benchmark; returns the results dict written as JSON."""
+def evaluate(checkpoint: str, *, config=None, benchmarks: Sequence[str] | None = None, num_samples: int | None = None,
+             temperature: float | None = None, top_p: float | None = None, max_new_tokens: int | None = None,
+             max_prompt_length: int | None = None, template: str | None = None, data_dir: str | None = None,
+             max_problems: int | None = None, seed: int | None = None, pass_k: Sequence[int] | None = None,
+             num_grading_workers: int | None = None, batch_prompts: int = 128, mesh=None, log=print) -> dict:
+    """Loads `checkpoint`, samples and grades every benchmark; returns the results dict written as JSON.
+    Every setting left None comes from the config (see `settings_from`)."""
     from greso_jax import evaluation
     from greso_jax.components import build_tokenizer
     from greso_jax.data.prompts import format_prompt
@@ -244,7 +247,10 @@ def evaluate(checkpoint: str, *, config=None, mesh=None, log=print, num_grading_
 
     source = resolve_checkpoint(checkpoint)
     config = run_config(source, config)
-    settings = settings_from(config, **flag_overrides)
+    settings = settings_from(config, benchmarks=benchmarks, num_samples=num_samples, temperature=temperature,
+                             top_p=top_p, max_new_tokens=max_new_tokens, max_prompt_length=max_prompt_length,
+                             template=template, data_dir=data_dir, max_problems=max_problems, seed=seed,
+                             pass_k=pass_k)
     if config.model.tokenizer == "hf" and not os.path.exists(os.path.join(config.model.path, "tokenizer.json")):
         raise EvaluateError(f"model.path: {config.model.path} has no tokenizer.json")
     rows = {}

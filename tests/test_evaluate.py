@@ -250,3 +250,26 @@ def test_workdir_checkpoint_restores_the_trained_parameters(tmp_path):
             prompt_buckets=tuple(config.sampling.prompt_length_buckets),
             row_buckets=tuple(config.sampling.row_buckets), mesh=mesh)
     assert results["benchmarks"]["synthetic"]["correct_counts"] == direct.sum(1).tolist()
+
+
+@pytest.mark.slow
+def test_cli_reproduces_the_in_training_evaluation(tmp_path):
+    """A real two-step training run; evaluating its workdir with the defaults gives exactly the
+    eval/* numbers the trainer logged at its last step (same code, seed, parameters)."""
+    workdir = tmp_path / "run"
+    train = [sys.executable, "-m", "greso_jax.train", "--config", "experiments/arith_tiny.py:quick",
+             "--workdir", str(workdir), "--config.train.num_steps=2", "--config.train.warmstart_steps=30",
+             "--config.eval.every_steps=0", "--config.eval.max_problems=24", "--config.data.arith_num_train=300",
+             "--config.data.arith_num_heldout=48", "--config.train.train_batch_size=8", "--config.rl.mini_batch_size=8",
+             "--config.rl.micro_batch_size=64", "--config.selection.rollout_batch_size=12",
+             "--config.checkpoint.async_save=false", "--config.train.quiet=true"]
+    result = subprocess.run(train, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    records = [json.loads(line) for line in open(workdir / "metrics.jsonl")]
+    logged = [r for r in records if "eval/synthetic/avg@4" in r][-1]
+    assert logged["step"] == 2
+    results = evaluate(str(workdir), num_grading_workers=0, log=lambda *a: None)
+    assert results["step"] == 2 and results["benchmarks"]["synthetic"]["num_problems"] == 24
+    synthetic = results["benchmarks"]["synthetic"]
+    assert synthetic["avg@4"] == pytest.approx(logged["eval/synthetic/avg@4"], abs=1e-12)
+    assert synthetic["pass@4"] == pytest.approx(logged["eval/synthetic/pass@4"], abs=1e-12)
