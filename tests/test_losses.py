@@ -153,7 +153,12 @@ def test_token_logprobs_match_full_logits(model, chunk_size, temperature):
     rng = np.random.default_rng(0)
     ids = jnp.asarray(rng.integers(0, 64, (3, 11)), jnp.int32)
     mask = jnp.asarray(np.arange(11)[None] < np.array([[11], [7], [9]]), jnp.int32)
-    logprobs, entropy = token_logprobs_and_entropy(model, ids, mask, temperature, chunk_size=chunk_size)
+    from flax import nnx
+
+    graphdef, params = nnx.split(model, nnx.Param)
+    forward = jax.jit(lambda p: token_logprobs_and_entropy(nnx.merge(graphdef, p), ids, mask, temperature,
+                                                           chunk_size=chunk_size))
+    logprobs, entropy = forward(params.to_pure_dict())
     ref_lp, ref_ent = full_logits_reference(model, ids, mask, temperature)
     np.testing.assert_allclose(np.asarray(logprobs), ref_lp, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.asarray(entropy), ref_ent, rtol=1e-5, atol=1e-5)
@@ -177,7 +182,8 @@ def test_chunked_gradient_matches_full_logits_gradient(model):
         lp = jnp.take_along_axis(jax.nn.log_softmax(logits, -1), ids[:, 1:, None], -1)[..., 0]
         return jnp.sum(weights[:, 1:] * lp)
 
-    for a, b in zip(jax.tree.leaves(jax.grad(chunked)(params)), jax.tree.leaves(jax.grad(full)(params))):
+    grads_chunked, grads_full = jax.jit(jax.grad(chunked))(params), jax.jit(jax.grad(full))(params)
+    for a, b in zip(jax.tree.leaves(grads_chunked), jax.tree.leaves(grads_full)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
 
 
