@@ -1,0 +1,279 @@
+"""`generate`: G sampled responses per prompt in one compiled program (prefix-shared prefill, then
+a `lax.while_loop` decode that stops when every row is done), with bucketed shapes so a training
+run compiles a small, fixed number of programs.
+
+Row layout: rows i*G ... i*G+G-1 belong to prompt i. Prompts are left-aligned (right-padded) in
+the prompt cache, so a token's RoPE position is its index within its real prompt; response token s
+of every row sits at position prompt_length + s. Log-probabilities are defined in
+`greso_jax.sampling.token_sampling` (tempered policy, before top-k / top-p truncation).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.experimental import multihost_utils
+from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
+
+from greso_jax.configs import get_config
+from greso_jax.models.weights import param_shardings
+from greso_jax.parallel.sharding import batch_sharding
+from greso_jax.sampling.kv_cache import decode_step, empty_response_cache, prefill
+from greso_jax.sampling.token_sampling import SamplingMode, choose_tokens, mode_of, row_keys
+
+_DEFAULTS = get_config().sampling
+DEFAULT_PROMPT_BUCKETS: tuple[int, ...] = tuple(_DEFAULTS.prompt_length_buckets)
+DEFAULT_ROW_BUCKETS: tuple[int, ...] = tuple(_DEFAULTS.row_buckets)
+
+_COMPILED: dict = {}  # program key -> jax.stages.Compiled
+
+
+def compile_count() -> int:
+    """Number of distinct sampling programs compiled in this process so far."""
+    return len(_COMPILED)
+
+
+@dataclasses.dataclass(frozen=True)
+class SampleOutput:
+    """Host (numpy) results of `generate`, N*G rows (padding rows of the bucket dropped).
+
+    tokens     int32 [N*G, max_new_tokens], pad_id after the end
+    logprobs   float32 [N*G, max_new_tokens], log softmax(logits / T)[token] (T = 0: log softmax(logits)),
+               untruncated by top-k / top-p; 0 after the end
+    lengths    int32 [N*G], response length counting the EOS token when one was produced
+    truncated  bool [N*G], True when no EOS came within max_new_tokens
+    kv_cache_bytes   bytes of the KV cache the program allocated (prompt + response caches, bucket size)
+    prompt_rows, rows, prompt_length   the bucketed shapes the program ran at
+    """
+
+    tokens: np.ndarray
+    logprobs: np.ndarray
+    lengths: np.ndarray
+    truncated: np.ndarray
+    kv_cache_bytes: int
+    prompt_rows: int
+    rows: int
+    prompt_length: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """Bucketed static shapes of one call (what a compiled program depends on)."""
+
+    prompt_rows: int  # prompts after padding (Np)
+    prompt_length: int  # Tp
+    group: int
+    max_new_tokens: int
+
+    @property
+    def rows(self) -> int:
+        return self.prompt_rows * self.group
+
+    @property
+    def response_slots(self) -> int:
+        return max(self.max_new_tokens - 1, 1)  # the last sampled token is never fed back
+
+
+def bucket_at_least(value: int, buckets: Sequence[int], what: str) -> int:
+    """The smallest bucket >= value; beyond the largest, the next multiple of the largest."""
+    for b in buckets:
+        if b >= value:
+            return b
+    largest = buckets[-1]
+    if what == "prompt length":
+        raise ValueError(f"prompt length {value} exceeds the largest prompt-length bucket {largest}; "
+                         "add a bucket (sampling.prompt_length_buckets)")
+    return -(-value // largest) * largest
+
+
+def _check_buckets(buckets, name: str) -> tuple[int, ...]:
+    buckets = tuple(buckets)
+    if not buckets or any(not isinstance(b, (int, np.integer)) or b <= 0 for b in buckets):
+        raise ValueError(f"{name}: must be a non-empty sequence of positive integers, got {buckets!r}")
+    if list(buckets) != sorted(set(buckets)):
+        raise ValueError(f"{name}: must be strictly increasing, got {buckets!r}")
+    return tuple(int(b) for b in buckets)
+
+
+def _validate(model, prompts, num_samples, max_new_tokens, temperature, top_p, top_k, eos_ids, pad_id):
+    vocab = model.cfg.vocab_size
+    if not isinstance(prompts, (list, tuple)) or not prompts:
+        raise ValueError("prompts: expected a non-empty list of token-id lists")
+    for i, p in enumerate(prompts):
+        if len(p) == 0:
+            raise ValueError(f"prompts[{i}]: empty prompt")
+        arr = np.asarray(p)
+        if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
+            raise ValueError(f"prompts[{i}]: expected a flat list of integer token ids")
+        if arr.min() < 0 or arr.max() >= vocab:
+            raise ValueError(f"prompts[{i}]: token id out of range [0, {vocab}) (min {arr.min()}, max {arr.max()})")
+    if num_samples < 1:
+        raise ValueError(f"num_samples: must be >= 1, got {num_samples}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens: must be >= 1, got {max_new_tokens}")
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise ValueError(f"temperature: must be finite and >= 0, got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p: must be in (0, 1], got {top_p}")
+    if top_k < 0:
+        raise ValueError(f"top_k: must be >= 0 (0 = off), got {top_k}")
+    for name, ids in (("eos_ids", tuple(eos_ids)), ("pad_id", (pad_id,))):
+        if any(not 0 <= t < vocab for t in ids):
+            raise ValueError(f"{name}: token id out of range [0, {vocab}): {ids}")
+
+
+def _placement(model, mesh):
+    """(param shardings state, batch sharding fn ndim -> sharding, replicated sharding, mesh or None)."""
+    if mesh is None:
+        first = jax.tree.leaves(nnx.state(model, nnx.Param))[0].sharding
+        if isinstance(first, NamedSharding) and first.mesh.size > 1:
+            mesh = first.mesh
+    if mesh is not None:
+        return param_shardings(model, mesh), functools.partial(batch_sharding, mesh), \
+            NamedSharding(mesh, PartitionSpec()), mesh
+    device = next(iter(jax.tree.leaves(nnx.state(model, nnx.Param))[0].devices()))
+    single = SingleDeviceSharding(device)
+    shardings = jax.tree.map(lambda _: single, nnx.state(model, nnx.Param))
+    return shardings, lambda ndim: single, single, None
+
+
+def _program(params, prompt_ids, prompt_lengths, key, temperature, top_p, eos_ids, *, graphdef, rest,
+             plan: _Plan, mode: SamplingMode, pad_id: int, mesh):
+    """The whole sampling call: prefill on [Np, Tp], then decode all Np*G rows until done."""
+    model = nnx.merge(graphdef, params, rest)
+    if mesh is None:
+        constrain = lambda x: x  # noqa: E731
+    else:
+        constrain = lambda x: jax.lax.with_sharding_constraint(x, batch_sharding(mesh, x.ndim))  # noqa: E731
+    group, steps = plan.group, plan.max_new_tokens
+    rows = plan.rows
+    row_ids = jnp.arange(rows, dtype=jnp.int32)
+
+    def is_eos(tokens):
+        return jnp.any(tokens[:, None] == eos_ids[None, :], axis=-1)
+
+    prompt_cache, first_logits = prefill(model, prompt_ids, prompt_lengths, constrain)
+    first, first_lp = choose_tokens(constrain(jnp.repeat(first_logits, group, axis=0)),
+                                    row_keys(key, 0, row_ids), mode, temperature, top_p)
+    tokens = jnp.full((rows, steps), pad_id, jnp.int32).at[:, 0].set(first)
+    logprobs = jnp.zeros((rows, steps), jnp.float32).at[:, 0].set(first_lp)
+    response_cache = empty_response_cache(model, plan.prompt_rows, group, plan.response_slots, constrain)
+    init = (jnp.int32(1), first, is_eos(first), jnp.ones((rows,), jnp.int32), tokens, logprobs, response_cache)
+
+    def keep_going(state):
+        step, _, done = state[:3]
+        return (step < steps) & ~jnp.all(done)
+
+    def one_token(state):
+        step, current, done, lengths, tokens, logprobs, cache = state
+        logits, cache = decode_step(model, current, prompt_cache, cache, prompt_lengths, step - 1, constrain)
+        chosen, chosen_lp = choose_tokens(logits, row_keys(key, step, row_ids), mode, temperature, top_p)
+        chosen = jnp.where(done, pad_id, chosen)
+        chosen_lp = jnp.where(done, 0.0, chosen_lp)
+        tokens = jax.lax.dynamic_update_slice(tokens, chosen[:, None], (0, step))
+        logprobs = jax.lax.dynamic_update_slice(logprobs, chosen_lp[:, None], (0, step))
+        lengths = lengths + (~done).astype(jnp.int32)
+        return step + 1, chosen, done | is_eos(chosen), lengths, tokens, logprobs, cache
+
+    _, _, done, lengths, tokens, logprobs, _ = jax.lax.while_loop(keep_going, one_token, init)
+    return tokens, logprobs, lengths, ~done
+
+
+def kv_cache_bytes(cfg, plan: _Plan) -> int:
+    """Bytes of the prompt cache [Np, Tp] plus the response cache [Np*G, slots], K and V, all layers."""
+    per_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * jnp.dtype(cfg.dtype).itemsize
+    return per_token * (plan.prompt_rows * plan.prompt_length + plan.rows * plan.response_slots)
+
+
+def _global_array(host: np.ndarray, sharding) -> jax.Array:
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+
+def _to_host(x: jax.Array) -> np.ndarray:
+    if not x.is_fully_addressable:
+        x = multihost_utils.process_allgather(x, tiled=True)
+    return np.asarray(x)
+
+
+def _prepare(model, prompts, *, num_samples, max_new_tokens, rng, temperature, top_p, top_k, eos_ids, pad_id,
+             prompt_buckets, row_buckets, mesh):
+    """Validates, buckets and places everything; returns (program key, jitted program, args, plan)."""
+    _validate(model, prompts, num_samples, max_new_tokens, temperature, top_p, top_k, eos_ids, pad_id)
+    prompt_buckets = _check_buckets(DEFAULT_PROMPT_BUCKETS if prompt_buckets is None else prompt_buckets,
+                                    "prompt_buckets")
+    row_buckets = _check_buckets(DEFAULT_ROW_BUCKETS if row_buckets is None else row_buckets, "row_buckets")
+    shardings, batch, replicated, mesh = _placement(model, mesh)
+    data_parallel = 1 if mesh is None else mesh.shape.get("data", 1) * mesh.shape.get("fsdp", 1)
+
+    lengths = np.array([len(p) for p in prompts], np.int32)
+    row_bucket = bucket_at_least(len(prompts) * num_samples, row_buckets, "rows")
+    prompt_rows = -(-max(-(-row_bucket // num_samples), len(prompts)) // data_parallel) * data_parallel
+    plan = _Plan(prompt_rows=prompt_rows,
+                 prompt_length=bucket_at_least(int(lengths.max()), prompt_buckets, "prompt length"),
+                 group=num_samples, max_new_tokens=max_new_tokens)
+    ids = np.full((plan.prompt_rows, plan.prompt_length), pad_id, np.int32)
+    for i, p in enumerate(prompts):
+        ids[i, :len(p)] = p
+    padded_lengths = np.ones(plan.prompt_rows, np.int32)  # padding prompts: one pad token
+    padded_lengths[:len(prompts)] = lengths
+
+    if not jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key):
+        rng = jax.random.wrap_key_data(rng)
+    mode = mode_of(temperature, top_p, top_k)
+    eos = np.asarray(tuple(eos_ids), np.int32).reshape(-1)
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    params = jax.device_put(params, shardings)
+    args = (params, _global_array(ids, batch(2)), _global_array(padded_lengths, batch(1)),
+            jax.device_put(rng, replicated), jax.device_put(np.float32(temperature), replicated),
+            jax.device_put(np.float32(top_p), replicated), jax.device_put(eos, replicated))
+    param_sig = tuple((a.shape, a.dtype, a.sharding) for a in jax.tree.leaves(params))
+    key = (graphdef, jax.tree.structure(params), param_sig, plan, mode, len(eos), pad_id, str(rng.dtype), mesh)
+    fn = jax.jit(
+        functools.partial(_program, graphdef=graphdef, rest=rest, plan=plan, mode=mode, pad_id=pad_id, mesh=mesh),
+        in_shardings=(shardings, batch(2), batch(1), replicated, replicated, replicated, replicated),
+        out_shardings=(batch(2), batch(2), batch(1), batch(1)))
+    return key, fn, args, plan
+
+
+def lower_generate(model, prompts, *, num_samples: int, max_new_tokens: int, rng: jax.Array,
+                   temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, eos_ids: Sequence[int] = (),
+                   pad_id: int = 0, prompt_buckets=None, row_buckets=None, mesh=None) -> jax.stages.Lowered:
+    """The lowered (not compiled) program `generate` would run for these arguments: for
+    inspecting its shapes, HLO and cost analysis."""
+    _, fn, args, _ = _prepare(model, prompts, num_samples=num_samples, max_new_tokens=max_new_tokens, rng=rng,
+                              temperature=temperature, top_p=top_p, top_k=top_k, eos_ids=eos_ids, pad_id=pad_id,
+                              prompt_buckets=prompt_buckets, row_buckets=row_buckets, mesh=mesh)
+    return fn.lower(*args)
+
+
+def generate(model, prompts: list[list[int]], *, num_samples: int, max_new_tokens: int, rng: jax.Array,
+             temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, eos_ids: Sequence[int] = (),
+             pad_id: int = 0, prompt_buckets: Sequence[int] | None = None,
+             row_buckets: Sequence[int] | None = None, mesh=None) -> SampleOutput:
+    """Samples `num_samples` responses for each prompt; see `SampleOutput` for the fields.
+
+    temperature 0 is greedy; top_k 0 and top_p 1 are off. Same `rng` -> identical output. The
+    prompt batch is padded to a prompt-length bucket and the rows to a row bucket (defaults:
+    the base config's sampling.prompt_length_buckets / row_buckets), so a run compiles one
+    program per (bucket, group size, max_new_tokens, sampling mode). With a mesh (or a model
+    whose parameters live on one), rows split over the ("data", "fsdp") axes.
+    """
+    key, fn, args, plan = _prepare(model, prompts, num_samples=num_samples, max_new_tokens=max_new_tokens,
+                                   rng=rng, temperature=temperature, top_p=top_p, top_k=top_k, eos_ids=eos_ids,
+                                   pad_id=pad_id, prompt_buckets=prompt_buckets, row_buckets=row_buckets,
+                                   mesh=mesh)
+    compiled = _COMPILED.get(key)
+    if compiled is None:
+        compiled = _COMPILED[key] = fn.lower(*args).compile()
+    tokens, logprobs, lengths, truncated = (_to_host(x) for x in compiled(*args))
+    real = len(prompts) * plan.group
+    return SampleOutput(tokens=tokens[:real], logprobs=logprobs[:real], lengths=lengths[:real],
+                        truncated=truncated[:real], kv_cache_bytes=kv_cache_bytes(model.cfg, plan),
+                        prompt_rows=plan.prompt_rows, rows=plan.rows, prompt_length=plan.prompt_length)

@@ -1,0 +1,75 @@
+"""Pure next-token choice from logits: temperature, top-k, top-p, greedy, and the log-probabilities reported.
+
+Reported log-probability (the learner uses the same definition for its importance ratio):
+log softmax(logits / temperature)[token], i.e. the tempered policy *before* any top-k / top-p
+truncation; at temperature 0 (greedy) it is log softmax(logits)[token].
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+NEG_INF = -jnp.inf
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingMode:
+    """The static (compile-time) part of a sampling configuration; the values of temperature and
+    top_p are runtime scalars so that changing them does not recompile."""
+
+    greedy: bool
+    top_k: int  # 0: off
+    use_top_p: bool
+
+
+def mode_of(temperature: float, top_p: float, top_k: int) -> SamplingMode:
+    greedy = temperature == 0
+    return SamplingMode(greedy=greedy, top_k=0 if greedy else int(top_k),
+                        use_top_p=(not greedy) and top_p < 1.0)
+
+
+def truncate_top_k(scaled_logits, k: int):
+    """scaled_logits [R, V] -> same with everything below the k-th largest set to -inf (ties kept)."""
+    if k <= 0 or k >= scaled_logits.shape[-1]:
+        return scaled_logits
+    kth = jax.lax.top_k(scaled_logits, k)[0][:, -1:]
+    return jnp.where(scaled_logits < kth, NEG_INF, scaled_logits)
+
+
+def truncate_top_p(scaled_logits, top_p):
+    """scaled_logits [R, V] -> the smallest set of most likely tokens whose probability reaches
+    top_p kept, the rest -inf. A token is kept when the mass strictly before it (in descending
+    order) is below top_p, so the most likely token is always kept."""
+    sorted_desc = -jnp.sort(-scaled_logits, axis=-1)
+    probs = jax.nn.softmax(sorted_desc, axis=-1)
+    mass_before = jnp.cumsum(probs, axis=-1) - probs
+    kept = mass_before < top_p
+    # kept is a prefix of the sorted order: its last element is the cut-off logit.
+    cutoff = jnp.min(jnp.where(kept, sorted_desc, jnp.inf), axis=-1, keepdims=True)
+    return jnp.where(scaled_logits < cutoff, NEG_INF, scaled_logits)
+
+
+def row_keys(key, step, row_ids):
+    """One key per row [R] for this step: fold_in(fold_in(key, step), row). A row's draws depend
+    only on (key, step, row index), not on how many padding rows the bucket added."""
+    step_key = jax.random.fold_in(key, step)
+    return jax.vmap(lambda r: jax.random.fold_in(step_key, r))(row_ids)
+
+
+def choose_tokens(logits, keys, mode: SamplingMode, temperature, top_p):
+    """logits float32 [R, V], keys [R] -> (tokens int32 [R], logprobs float32 [R])."""
+    if mode.greedy:
+        tokens = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        logprobs = jax.nn.log_softmax(logits, axis=-1)
+    else:
+        scaled = logits / temperature
+        logprobs = jax.nn.log_softmax(scaled, axis=-1)
+        truncated = truncate_top_k(scaled, mode.top_k)
+        if mode.use_top_p:
+            truncated = truncate_top_p(truncated, top_p)
+        tokens = jax.vmap(jax.random.categorical)(keys, truncated).astype(jnp.int32)
+    chosen = jnp.take_along_axis(logprobs, tokens[:, None], axis=-1)[:, 0]
+    return tokens, chosen

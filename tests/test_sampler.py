@@ -1,0 +1,222 @@
+"""The JIT group sampler against transformers and against the model's own full forward pass."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from conftest import make_hf_checkpoint
+from greso_jax.models import PRESETS, from_pretrained, init_model
+from greso_jax.sampling import compile_count, generate, lower_generate
+
+VOCAB = 97
+PROMPT_LENGTHS = [3, 17, 9, 1, 12, 5, 20, 7, 14]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    path = tmp_path_factory.mktemp("qwen2")
+    torch_model = make_hf_checkpoint(path, vocab=VOCAB, tied=False)
+    return torch_model, from_pretrained(str(path))
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    rng = np.random.default_rng(0)
+    return [rng.integers(1, VOCAB, n).tolist() for n in PROMPT_LENGTHS]
+
+
+def _hf_greedy(torch_model, prompt, max_new_tokens, eos_id=None):
+    import torch
+
+    with torch.no_grad():
+        out = torch_model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                                   do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos_id,
+                                   pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+def _full_forward_logprobs(model, prompts, responses, temperature):
+    """log_softmax(logits / T) of one right-padded forward pass over each prompt + response, at the
+    response tokens: a list of float arrays [len(response)]."""
+    width = max(len(p) + len(r) for p, r in zip(prompts, responses))
+    ids = np.zeros((len(prompts), width), np.int32)
+    mask = np.zeros((len(prompts), width), np.int32)
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        ids[i, :len(p) + len(r)] = list(p) + list(r)
+        mask[i, :len(p) + len(r)] = 1
+    logp = np.asarray(jax.nn.log_softmax(model(jnp.asarray(ids), jnp.asarray(mask)) / (temperature or 1.0), axis=-1))
+    return [logp[i, len(p) - 1 + np.arange(len(r)), r] for i, (p, r) in enumerate(zip(prompts, responses))]
+
+
+def _check_logprobs(model, prompts, out, temperature):
+    rows = range(out.tokens.shape[0])
+    responses = [out.tokens[row, :out.lengths[row]] for row in rows]
+    group = out.tokens.shape[0] // len(prompts)
+    expected = _full_forward_logprobs(model, [prompts[row // group] for row in rows], responses, temperature)
+    for row, response, want in zip(rows, responses, expected):
+        np.testing.assert_allclose(out.logprobs[row, :len(response)], want, atol=1e-4, rtol=0)
+        assert (out.logprobs[row, len(response):] == 0).all() and (out.tokens[row, len(response):] == 0).all()
+
+
+def test_greedy_matches_transformers_with_eos(checkpoint, prompts):
+    torch_model, model = checkpoint
+    free_running = [_hf_greedy(torch_model, p, 32) for p in prompts]
+    # An EOS id that some greedy continuations emit mid-way and others never emit.
+    eos = next(t for row in free_running for t in row[5:20] if sum(t in r for r in free_running) < len(prompts))
+    expected = [_hf_greedy(torch_model, p, 32, eos_id=eos) for p in prompts]
+
+    out = generate(model, prompts, num_samples=2, max_new_tokens=32, rng=jax.random.key(0), temperature=0.0,
+                   eos_ids=(eos,), pad_id=0)
+    assert out.tokens.shape == (2 * len(prompts), 32) and out.tokens.dtype == np.int32
+    for i, want in enumerate(expected):
+        for row in (2 * i, 2 * i + 1):
+            n = out.lengths[row]
+            assert out.tokens[row, :n].tolist() == want, f"prompt {i}"
+            assert out.truncated[row] == (eos not in want)
+    assert out.truncated.any() and not out.truncated.all(), "the test needs rows with and without EOS"
+    _check_logprobs(model, prompts, out, temperature=0.0)  # greedy: log softmax of the raw logits
+
+    top1 = generate(model, prompts, num_samples=2, max_new_tokens=32, rng=jax.random.key(7), temperature=0.8,
+                    top_k=1, eos_ids=(eos,))
+    np.testing.assert_array_equal(top1.tokens, out.tokens)
+
+
+SAMPLED = dict(num_samples=2, max_new_tokens=32, temperature=0.7, top_k=20, top_p=0.9, eos_ids=(5,))
+
+
+def test_logprobs_equal_full_forward_pass(checkpoint, prompts):
+    _, model = checkpoint
+    out = generate(model, prompts, rng=jax.random.key(1), **SAMPLED)
+    _check_logprobs(model, prompts, out, temperature=0.7)
+    for row in range(out.tokens.shape[0]):
+        response = out.tokens[row, :out.lengths[row]]
+        assert out.truncated[row] == (5 not in response) and 5 not in response[:-1]
+    assert out.truncated.any() and not out.truncated.all()
+
+
+def _peaked_model(seed, scale):
+    """tiny-test with a scaled output head, so its next-token distribution is far from uniform."""
+    model = init_model(PRESETS["tiny-test"], seed=seed)
+    model.lm_head[...] = model.lm_head[...] * scale
+    return model
+
+
+def _chi_square_p(observed_tokens, probs):
+    counts = np.bincount(observed_tokens, minlength=len(probs)).astype(float)
+    expected = probs * counts.sum()
+    big = expected >= 5  # merge the rare tokens into one bin
+    f_obs = np.append(counts[big], counts[~big].sum())
+    f_exp = np.append(expected[big], expected[~big].sum())
+    if f_exp[-1] < 5:
+        f_obs, f_exp = np.append(f_obs[:-2], f_obs[-2:].sum()), np.append(f_exp[:-2], f_exp[-2:].sum())
+    return stats.chisquare(f_obs, f_exp * f_obs.sum() / f_exp.sum()).pvalue, int(big.sum())
+
+
+def test_sampling_frequencies_match_softmax():
+    model = _peaked_model(seed=0, scale=20.0)
+    prompt = [3, 14, 15, 9, 2]
+    draws = 20000
+    out = generate(model, [prompt], num_samples=draws, max_new_tokens=2, rng=jax.random.key(42), temperature=1.0)
+    first_probs = np.asarray(jax.nn.softmax(model(jnp.asarray([prompt]))[0, -1]))
+    p_value, bins = _chi_square_p(out.tokens[:, 0], first_probs)
+    assert bins >= 5 and p_value > 1e-3, (p_value, bins)
+    np.testing.assert_allclose(out.logprobs[:, 0], np.log(first_probs[out.tokens[:, 0]]), atol=1e-4)
+    # The second token goes through the decode step: check it conditioned on the commonest first token.
+    commonest = np.bincount(out.tokens[:, 0]).argmax()
+    second = out.tokens[out.tokens[:, 0] == commonest, 1]
+    second_probs = np.asarray(jax.nn.softmax(model(jnp.asarray([prompt + [commonest]]))[0, -1]))
+    p_value, bins = _chi_square_p(second, second_probs)
+    assert len(second) > 2000 and bins >= 3 and p_value > 1e-3, (p_value, bins)
+    # A sampler ignoring the distribution (uniform draws) fails the same test.
+    uniform = np.random.default_rng(0).integers(0, first_probs.size, draws)
+    assert _chi_square_p(uniform, first_probs)[0] < 1e-6
+
+
+def test_top_k_top_p_frequencies_match_truncated_softmax():
+    model = _peaked_model(seed=1, scale=60.0)
+    prompt = [7, 1, 8]
+    temperature, top_k, top_p = 1.5, 6, 0.8
+    out = generate(model, [prompt], num_samples=20000, max_new_tokens=1, rng=jax.random.key(3),
+                   temperature=temperature, top_k=top_k, top_p=top_p)
+    probs = np.asarray(jax.nn.softmax(model(jnp.asarray([prompt]))[0, -1] / temperature), np.float64)
+    order = np.argsort(-probs)
+    kept = order[:top_k]
+    kept_probs = probs[kept] / probs[kept].sum()
+    kept = kept[(np.cumsum(kept_probs) - kept_probs) < top_p]
+    truncated = np.zeros_like(probs)
+    truncated[kept] = probs[kept] / probs[kept].sum()
+    assert 2 <= len(kept) < top_k, "the case should exercise both truncations"
+    assert np.isin(out.tokens[:, 0], kept).all()
+    assert _chi_square_p(out.tokens[:, 0], truncated)[0] > 1e-3
+    np.testing.assert_allclose(out.logprobs[:, 0], np.log(probs[out.tokens[:, 0]]), atol=1e-4)
+
+
+def test_prefill_runs_once_per_prompt_not_per_row():
+    model = init_model(PRESETS["tiny-test"])
+    cfg = model.cfg
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10]] * 2
+    n, group, tp, rows = 8, 6, 24, 48  # sizes chosen to collide with no weight dimension
+    lowered = lower_generate(model, prompts, num_samples=group, max_new_tokens=8, rng=jax.random.key(0),
+                             prompt_buckets=(tp,), row_buckets=(rows,))
+    shapes = {tuple(int(d) for d in m.rstrip("x").split("x"))
+              for m in re.findall(r"tensor<((?:\d+x)+)f32>", lowered.as_text())}
+    assert (n, tp, cfg.hidden_size) in shapes and (n, tp, cfg.intermediate_size) in shapes  # prefill on N rows
+    assert (rows, 1, cfg.intermediate_size) in shapes  # decode on N*G rows
+    per_row_prompt = [s for s in shapes if s[:2] == (rows, tp) or s[:3] == (n, group, tp)]
+    assert not per_row_prompt, f"prompt work or cache replicated per row: {per_row_prompt}"
+
+
+def test_same_key_same_output_and_bounded_compiles(checkpoint, prompts):
+    _, model = checkpoint
+    a = generate(model, prompts, rng=jax.random.key(5), **SAMPLED)
+    count = compile_count()
+    b = generate(model, prompts, rng=jax.random.key(5), **SAMPLED)
+    c = generate(model, prompts, rng=jax.random.key(6), **SAMPLED)
+    for field in ("tokens", "logprobs", "lengths", "truncated"):
+        np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+    assert (a.tokens != c.tokens).mean() > 0.5
+    assert (a.tokens[0::2] != a.tokens[1::2]).any(axis=1).all(), "the rows of a group must be independent draws"
+    # Other prompts, prompt counts and sampling values inside the same buckets reuse the program.
+    generate(model, prompts + [[1] * 30, [2], [3, 4]], rng=jax.random.key(8),
+             **{**SAMPLED, "temperature": 0.6, "top_p": 0.5})
+    generate(model, prompts[::-1] + [[2]], rng=jax.random.key(9), **SAMPLED)
+    assert compile_count() == count
+
+
+def test_row_bucket_changes_the_cache_not_the_samples(checkpoint, prompts):
+    _, model = checkpoint
+    cfg = model.cfg
+    default = generate(model, prompts, rng=jax.random.key(11), **SAMPLED)  # 18 rows -> bucket 32
+    small = generate(model, prompts, rng=jax.random.key(11), row_buckets=(18,), **SAMPLED)
+    np.testing.assert_array_equal(small.tokens, default.tokens)
+    np.testing.assert_allclose(small.logprobs, default.logprobs, atol=1e-5)
+    assert (default.prompt_rows, default.rows, default.prompt_length) == (16, 32, 32)
+    assert (small.prompt_rows, small.rows, small.prompt_length) == (9, 18, 32)
+    per_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4  # K and V, float32
+    for out in (default, small):  # prompt cache [Np, Tp] + response cache [rows, max_new_tokens - 1]
+        assert out.kv_cache_bytes == per_token * (out.prompt_rows * out.prompt_length + out.rows * 31)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(prompts=[]), "prompts"),
+    (dict(prompts=[[1], []]), r"prompts\[1\]: empty"),
+    (dict(prompts=[[1, 64]]), r"prompts\[0\]: token id out of range"),
+    (dict(num_samples=0), "num_samples"),
+    (dict(max_new_tokens=0), "max_new_tokens"),
+    (dict(temperature=-1.0), "temperature"),
+    (dict(top_p=0.0), "top_p"),
+    (dict(top_k=-2), "top_k"),
+    (dict(eos_ids=(99,)), "eos_ids"),
+    (dict(prompts=[[1] * 40]), "prompt length 40 exceeds"),
+    (dict(row_buckets=(8, 4)), "row_buckets"),
+])
+def test_bad_arguments_name_the_field(bad, message):
+    model = init_model(PRESETS["tiny-test"])
+    kwargs = dict(prompts=[[1, 2]], num_samples=2, max_new_tokens=4, rng=jax.random.key(0), prompt_buckets=(32,))
+    kwargs.update(bad)
+    with pytest.raises(ValueError, match=message):
+        generate(model, **kwargs)
