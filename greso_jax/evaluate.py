@@ -190,8 +190,8 @@ def settings_from(config, *, benchmarks=None, num_samples=None, temperature=None
             section, field = name.split(".")
             try:
                 c[section][field] = value
-            except TypeError as e:
-                raise EvaluateError(f"{name}: {e}") from None
+            except TypeError as error:
+                raise EvaluateError(f"{name}: {error}") from None
     if benchmarks is not None:
         e.benchmarks = tuple(benchmarks)
     _validate_for_evaluation(c)
