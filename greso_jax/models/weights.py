@@ -146,9 +146,9 @@ def from_pretrained(path: str, dtype: str = "float32", mesh: Mesh | None = None,
 
 def place_on_mesh(model: Qwen2, mesh: Mesh) -> Qwen2:
     """Reshards an existing model's parameters as their logical axes ask (in place)."""
-    shardings = param_shardings(model, mesh)
-    state = nnx.state(model, nnx.Param)
-    nnx.update(model, jax.tree.map(lambda x, s: jax.device_put(x, s), state, shardings))
+    for _, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+        sharding = named_sharding(var.get_metadata()["logical_axes"], var.value.shape, mesh)
+        var.value = jax.device_put(var.value, sharding)
     return model
 
 

@@ -1,0 +1,66 @@
+"""The embedded default: a tiny Qwen2-architecture policy learns synthetic arithmetic on a CPU.
+
+A short supervised warm start brings the from-scratch policy to partial competence, then
+GRPO with selective rollout trains it on a finite pool of easy / medium / hard problems.
+
+Variants (comma-separated, e.g. `experiments/arith_tiny.py:ds,quick`):
+  greso (default) | vanilla | ds | aero   the selection strategy
+  quick                                   a ~2-minute budget (fewer steps, smaller eval)
+"""
+
+from greso_jax import configs
+
+STRATEGY_VARIANTS = {"greso": "greso", "vanilla": "vanilla", "ds": "dynamic_sampling", "aero": "aero"}
+
+
+def get_config(variant: str = "greso"):
+    c = configs.get_config()
+    options = [v.strip() for v in (variant or "greso").split(",") if v.strip()]
+    unknown = [v for v in options if v not in STRATEGY_VARIANTS and v != "quick"]
+    if unknown:
+        raise ValueError(f"arith_tiny: unknown variant(s) {unknown}; known: {sorted(STRATEGY_VARIANTS)} + quick")
+
+    c.seed = 0
+    c.model.preset = "tiny"
+    c.model.tokenizer = "char"
+    c.data.source = "arith"
+    c.data.prompt_template = "plain"
+    c.data.max_prompt_length = 24
+    c.data.arith_num_train = 3000
+    c.data.arith_num_heldout = 600
+    c.sampling.max_new_tokens = 16
+    c.sampling.temperature = 1.0
+    c.sampling.prompt_length_buckets = (24,)
+
+    c.rl.group_size = 8
+    c.rl.loss_aggregation = "token-mean"
+    c.rl.clip_low = 0.2
+    c.rl.clip_high = 0.28
+    c.rl.mini_batch_size = 32
+    c.rl.micro_batch_size = 256
+
+    c.train.num_steps = 150
+    c.train.train_batch_size = 32
+    c.train.learning_rate = 3e-4
+    c.train.warmstart_steps = 500
+    c.train.warmstart_learning_rate = 2e-3
+    c.train.warmstart_batch_size = 64
+
+    c.selection.strategy = "greso"
+    c.selection.rollout_batch_size = 48
+    c.selection.min_pass_size = 8
+    c.selection.max_passes = 6
+
+    c.checkpoint.every_steps = 25
+    c.eval.every_steps = 50
+    c.eval.num_samples = 4
+    c.eval.benchmarks = ("synthetic",)
+
+    for option in options:
+        if option in STRATEGY_VARIANTS:
+            c.selection.strategy = STRATEGY_VARIANTS[option]
+    if "quick" in options:
+        c.train.num_steps = 40
+        c.eval.every_steps = 20
+        c.data.arith_num_heldout = 600
+    return c

@@ -1,0 +1,56 @@
+"""Cross-host helpers: gather host-local NumPy data, fetch global arrays, and check that state
+which must be identical on every host (the selector's history) really is."""
+
+from __future__ import annotations
+
+import hashlib
+
+import jax
+import numpy as np
+
+
+class HostDivergenceError(RuntimeError):
+    """State that every host must hold identically differs between hosts."""
+
+
+def is_multihost() -> bool:
+    return jax.process_count() > 1
+
+
+def allgather(x: np.ndarray) -> np.ndarray:
+    """Stacks each host's equally shaped array: [P, ...] (P = 1 on a single host)."""
+    x = np.asarray(x)
+    if not is_multihost():
+        return x[None]
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(x, tiled=False))
+
+
+def to_host(x) -> np.ndarray:
+    """A (possibly cross-host sharded) global jax array as a full NumPy array on every host."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(jax.device_get(x))
+
+
+def fingerprint(state: dict) -> np.ndarray:
+    """A 128-bit digest of a flat dict of arrays and scalars, as two int64 words."""
+    digest = hashlib.blake2b(digest_size=16)
+    for key in sorted(state):
+        value = np.ascontiguousarray(np.asarray(state[key]))
+        digest.update(key.encode())
+        digest.update(str(value.dtype).encode() + str(value.shape).encode())
+        digest.update(value.tobytes())
+    return np.frombuffer(digest.digest(), np.int64).copy()
+
+
+def check_identical_across_hosts(state: dict, what: str, step: int) -> None:
+    """Raises HostDivergenceError naming the hosts whose `state` differs from host 0's."""
+    prints = allgather(fingerprint(state))
+    differing = [i for i in range(len(prints)) if not np.array_equal(prints[i], prints[0])]
+    if differing:
+        raise HostDivergenceError(f"step {step}: {what} differs between hosts: host(s) {differing} disagree "
+                                  f"with host 0. Every host must make identical selection decisions; stopping.")

@@ -1,0 +1,40 @@
+"""CLI: python -m greso_jax.train --config experiments/<file>.py[:variant] --workdir DIR [--config.x=y]."""
+
+from __future__ import annotations
+
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from greso_jax.configs import ConfigError
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (…/x.py[:variant]).",
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory: checkpoints, metrics, plots. "
+                               "Starting again with the same workdir resumes.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv) -> None:
+    del argv
+    logging.set_verbosity(logging.WARNING)  # orbax logs every checkpoint file at INFO
+    from greso_jax.parallel.distributed import initialize_from_flags
+
+    initialize_from_flags()
+    from greso_jax.trainer import Trainer
+
+    try:
+        trainer = Trainer(_CONFIG.value, _WORKDIR.value)
+    except (ConfigError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    trainer.run()
+
+
+def run() -> None:
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

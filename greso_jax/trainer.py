@@ -1,0 +1,285 @@
+"""The training loop: select -> sample -> score -> observe -> filter/curate -> update -> record.
+
+Every strategy runs through the same code: the selector decides which prompts are rolled
+out (`selection.run_selection_step` drives the passes), this module supplies the two
+callbacks that touch models (pull prompts from the Grain pipeline, roll out and grade a
+group), then builds the learner's batch from the groups the selector accepted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+from greso_jax import evaluation
+from greso_jax.checkpoint import Checkpointer
+from greso_jax.configs import validate
+from greso_jax.data.pipeline import PromptPipeline
+from greso_jax.metrics import MetricsWriter, Progress, format_table, plot_run
+from greso_jax.components import build_policy, build_tokenizer, load_rows
+from greso_jax.rewards.pool import GradingPool
+from greso_jax.rl.advantages import compute_advantages
+from greso_jax.rl.batch import make_rollout_batch
+from greso_jax.rl.learner import Learner
+from greso_jax.sampling import generate
+from greso_jax.selection import PulledPrompts, RolloutResult, make_selector, run_selection_step
+from greso_jax.parallel.sharding import mesh_from_config
+
+
+@dataclasses.dataclass
+class Rollout:
+    """What one sampler call produced for `prompts` (kept by the selector's driver as a handle)."""
+
+    num_samples: int  # responses per prompt: row i*num_samples + j is sample j of prompt i
+    prompt_tokens: list[list[int]]  # one per response row
+    tokens: np.ndarray  # int32 [R, L]
+    logprobs: np.ndarray  # f32 [R, L]
+    lengths: np.ndarray  # int32 [R]
+    truncated: np.ndarray  # bool [R]
+
+
+class Trainer:
+    def __init__(self, config, workdir: str, *, log=print):
+        self.config = validate(config)  # before anything is compiled or loaded
+        self.workdir = os.path.abspath(workdir)
+        self.is_main = jax.process_index() == 0
+        self.log = log if self.is_main else (lambda *a, **k: None)
+        os.makedirs(self.workdir, exist_ok=True)
+        c = config
+        self.mesh = mesh_from_config(c.mesh)
+        self.tokenizer = build_tokenizer(c)
+        self.train_rows, self.eval_sets = load_rows(c)
+        self.model = build_policy(c, self.tokenizer, self.train_rows, self.workdir, self.mesh, log=self.log)
+        self.learner = Learner(self.model, c, mesh=self.mesh)
+        self.selector = make_selector(c.selection, num_prompts=max(r.prompt_id for r in self.train_rows) + 1,
+                                      group_size=c.rl.group_size, train_batch_size=c.train.train_batch_size,
+                                      seed=c.seed)
+        self.pipeline = PromptPipeline(
+            self.train_rows, self.tokenizer, template=c.data.prompt_template,
+            max_prompt_length=c.data.max_prompt_length, seed=c.seed, shuffle=c.data.shuffle,
+            keep_filter=self.selector, shard_index=0, shard_count=1)
+        self.pool = GradingPool(num_workers=c.data.grading_workers, timeout_s=c.data.grading_timeout_s,
+                                shaping=c.data.reward_shaping)
+        self.checkpointer = Checkpointer(os.path.join(self.workdir, "checkpoints"), keep=c.checkpoint.keep,
+                                         every_steps=c.checkpoint.every_steps, async_save=c.checkpoint.async_save)
+        self.counters = {"rollout/num_responses": 0, "rollout/num_tokens": 0, "selection/skipped_total": 0,
+                         "train/bad_steps": 0}
+        self._timers: dict[str, float] = {}
+        with open(os.path.join(self.workdir, "config.json"), "w") as f:
+            f.write(c.to_json_best_effort(indent=2))
+
+    # -- callbacks for the selection driver -------------------------------------------------
+
+    def _pull_prompts(self, n: int) -> PulledPrompts:
+        elements, _, skipped_ids = self.pipeline.next_prompts(n)
+        ids = np.asarray([e["prompt_id"] for e in elements], np.int64)
+        return PulledPrompts(prompt_ids=ids, payloads=elements, skipped_ids=np.asarray(skipped_ids, np.int64))
+
+    def _rollout(self, prompt_ids, payloads, num_samples: int) -> RolloutResult:
+        c = self.config
+        call = self._rollout_calls
+        self._rollout_calls += 1
+        prompts = [list(map(int, e["prompt_tokens"])) for e in payloads]
+        start = time.perf_counter()
+        rng = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(c.seed), self._step), call)
+        out = generate(self.learner.model, prompts, num_samples=num_samples,
+                       max_new_tokens=c.sampling.max_new_tokens, rng=rng, temperature=c.sampling.temperature,
+                       top_p=c.sampling.top_p, top_k=c.sampling.top_k, eos_ids=self.tokenizer.eos_ids,
+                       pad_id=self.tokenizer.pad_id, prompt_buckets=tuple(c.sampling.prompt_length_buckets),
+                       row_buckets=tuple(c.sampling.row_buckets), mesh=self.mesh)
+        self._tick("time/rollout", start)
+        start = time.perf_counter()
+        rows = len(prompts) * num_samples
+        texts = [self.tokenizer.decode(out.tokens[r, :out.lengths[r]]) for r in range(rows)]
+        golds = [e["ground_truth"] for e in payloads for _ in range(num_samples)]
+        sources = [e["data_source"] for e in payloads for _ in range(num_samples)]
+        scored = self.pool.score(texts, golds, sources)
+        self._tick("time/reward", start)
+        self._grading_failures += scored.num_timeouts + scored.num_crashes
+        handle = Rollout(num_samples=num_samples, prompt_tokens=[p for p in prompts for _ in range(num_samples)], tokens=out.tokens,
+                         logprobs=out.logprobs, lengths=out.lengths, truncated=out.truncated)
+        return RolloutResult(correct=np.asarray(scored.correct, bool).reshape(len(prompts), num_samples),
+                             rewards=np.asarray(scored.rewards, np.float32).reshape(len(prompts), num_samples),
+                             handle=handle, num_tokens=int(np.sum(out.lengths)))
+
+    def _tick(self, name: str, start: float) -> None:
+        self._timers[name] = self._timers.get(name, 0.0) + time.perf_counter() - start
+
+    # -- batch assembly -------------------------------------------------------------------
+
+    def _assemble_batch(self, result) -> tuple[Any, np.ndarray, dict]:
+        """Accepted groups -> the learner's RolloutBatch (row count padded to a multiple of the
+        update's micro-batch layout so the compiled update is reused)."""
+        c = self.config
+        groups = result.groups
+        width = max(len(g.rewards) for g in groups)
+        rewards = np.zeros((len(groups), width), np.float32)
+        mask = np.zeros((len(groups), width), bool)
+        baseline = np.full(len(groups), np.nan, np.float32)
+        scale = np.full(len(groups), np.nan, np.float32)
+        for i, g in enumerate(groups):
+            k = len(g.rewards)
+            rewards[i, :k] = g.rewards
+            mask[i, :k] = g.loss_mask
+            baseline[i], scale[i] = g.baseline, g.scale
+        advantages = compute_advantages(rewards, c.rl.advantage, response_mask=mask, baseline=baseline,
+                                        scale=scale)
+        prompt_tokens, tokens, logprobs, lengths, truncated, row_adv, row_mask = [], [], [], [], [], [], []
+        for i, g in enumerate(groups):
+            for j, (call, row, sample) in enumerate(g.response_refs):
+                h = result.handles[call]
+                r = row * h.num_samples + sample
+                prompt_tokens.append(h.prompt_tokens[r])
+                tokens.append(h.tokens[r])
+                logprobs.append(h.logprobs[r])
+                lengths.append(h.lengths[r])
+                truncated.append(h.truncated[r])
+                row_adv.append(advantages[i, j])
+                row_mask.append(mask[i, j])
+        num_minibatches = c.train.train_batch_size // c.rl.mini_batch_size
+        multiple = num_minibatches * c.rl.micro_batch_size
+        padded = -(-len(tokens) // multiple) * multiple
+        filler = padded - len(tokens)
+        prompt_tokens += [[self.tokenizer.pad_id]] * filler
+        tokens += [np.full_like(tokens[0], self.tokenizer.pad_id)] * filler
+        logprobs += [np.zeros_like(logprobs[0])] * filler
+        lengths += [0] * filler
+        truncated += [False] * filler
+        row_adv += [0.0] * filler
+        row_mask += [False] * filler
+        batch = make_rollout_batch(
+            prompt_tokens, np.stack(tokens), np.asarray(lengths, np.int32), np.stack(logprobs),
+            np.asarray(row_adv, np.float32), pad_id=self.tokenizer.pad_id,
+            total_length=c.data.max_prompt_length + c.sampling.max_new_tokens, loss_mask=np.asarray(row_mask))
+        stats = {"rollout/reward_mean": float(rewards[mask].mean()) if mask.any() else 0.0,
+                 "train/groups": len(groups), "train/responses": len(tokens) - filler}
+        return batch, np.asarray(truncated), stats
+
+    # -- evaluation, checkpoints ------------------------------------------------------------
+
+    def evaluate(self, step: int) -> dict[str, float]:
+        c = self.config
+        out, means = {}, []
+        start = time.perf_counter()
+        for name, rows in self.eval_sets.items():
+            correct = evaluation.sample_and_grade(
+                self.learner.model, self.tokenizer, rows, template=c.data.prompt_template,
+                num_samples=c.eval.num_samples, temperature=c.eval.temperature, top_p=c.eval.top_p,
+                max_new_tokens=c.eval.max_new_tokens or c.sampling.max_new_tokens, seed=c.seed + 1_000_003,
+                pool=self.pool, max_prompt_length=c.data.max_prompt_length,
+                prompt_buckets=tuple(c.sampling.prompt_length_buckets), row_buckets=tuple(c.sampling.row_buckets),
+                mesh=self.mesh)
+            summary = evaluation.summarize(correct)
+            out.update({f"eval/{name}/{k}": v for k, v in summary.items()})
+            means.append(summary[f"avg@{c.eval.num_samples}"])
+        out["eval/accuracy"] = float(np.mean(means)) if means else float("nan")
+        out["time/eval"] = time.perf_counter() - start
+        return out
+
+    def _save(self, step: int) -> None:
+        meta = {"step": step, "data_state": self.pipeline.get_state(), "counters": self.counters,
+                "config": json.loads(self.config.to_json_best_effort())}
+        self.checkpointer.save(step, train_state=self.learner.train_state(),
+                               selector_state=self.selector.state_dict(), meta=meta)
+
+    def _restore(self) -> int:
+        step = self.checkpointer.latest_step()
+        if step is None:
+            return 0
+        restored = self.checkpointer.restore(step, train_state_like=self.learner.train_state(),
+                                             selector_state_like=self.selector.state_dict())
+        self.learner.load_train_state(restored["train_state"])
+        self.selector.load_state_dict(restored["selector"])
+        self.pipeline.set_state(restored["meta"]["data_state"])
+        self.counters.update(restored["meta"]["counters"])
+        self.log(f"resumed from step {step} ({self.checkpointer.directory})")
+        return step
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def train_step(self, step: int) -> dict[str, Any]:
+        c = self.config
+        self._step, self._rollout_calls, self._grading_failures, self._timers = step, 0, 0, {}
+        step_start = time.perf_counter()
+        result = run_selection_step(self.selector, step, pull_prompts=self._pull_prompts, rollout=self._rollout,
+                                    train_batch_size=c.train.train_batch_size)
+        metrics = dict(result.metrics)
+        if result.groups:
+            batch, truncated, stats = self._assemble_batch(result)
+            metrics.update(stats)
+            start = time.perf_counter()
+            metrics.update(self.learner.update(batch, num_minibatches=c.train.train_batch_size // c.rl.mini_batch_size,
+                                               truncated=truncated))
+            self._tick("time/update", start)
+        else:
+            metrics["train/groups"] = 0
+        skipped = metrics.get("selection/skipped_easy", 0) + metrics.get("selection/skipped_hard", 0)
+        considered = skipped + metrics.get("selection/kept", 0)
+        metrics["selection/skip_frac"] = skipped / considered if considered else 0.0
+        self.counters["selection/skipped_total"] += int(skipped)
+        for key in ("rollout/num_responses", "rollout/num_tokens"):
+            if key in metrics:
+                self.counters[key] = int(metrics[key])
+        metrics["rewards/grading_failures"] = self._grading_failures
+        if metrics.get("actor/nonfinite_skipped", 0):
+            self.counters["train/bad_steps"] += 1
+        else:
+            self.counters["train/bad_steps"] = 0
+        metrics.update(self._timers)
+        metrics["time/step"] = time.perf_counter() - step_start
+        metrics.update(self.counters)
+        return metrics
+
+    def run(self) -> dict[str, Any]:
+        c = self.config
+        start_step = self._restore()
+        writer = MetricsWriter(self.workdir, enabled=self.is_main, resume_step=start_step if start_step else None)
+        first_eval = None
+        if start_step == 0:
+            first_eval = self.evaluate(0)
+            writer.write(0, first_eval | self.counters)
+            self.log(f"step 0: held-out accuracy {first_eval['eval/accuracy']:.3f}")
+        progress = Progress(c.train.num_steps, start_step, quiet=c.train.quiet, enabled=self.is_main)
+        last = {}
+        for step in range(start_step + 1, c.train.num_steps + 1):
+            metrics = self.train_step(step)
+            if self.counters["train/bad_steps"] >= c.train.max_bad_steps:
+                writer.write(step, metrics)
+                raise FloatingPointError(
+                    f"step {step}: {self.counters['train/bad_steps']} consecutive non-finite updates "
+                    f"(train.max_bad_steps={c.train.max_bad_steps}); stopping. The last checkpoint is finite.")
+            final = step == c.train.num_steps
+            if (c.eval.every_steps and step % c.eval.every_steps == 0) or final:
+                metrics.update(self.evaluate(step))
+            writer.write(step, metrics)
+            progress.update(step, metrics)
+            if self.checkpointer.should_save(step, final) and not metrics.get("actor/nonfinite_skipped", 0):
+                self._save(step)
+            last = metrics
+        progress.close()
+        self.checkpointer.close()
+        writer.close()
+        self.pool.close()
+        summary = self._summary(first_eval, last)
+        if self.is_main:
+            plot_run(self.workdir)
+            with open(os.path.join(self.workdir, "summary.json"), "w") as f:
+                json.dump(summary, f, indent=2)
+            self.log(format_table([summary], list(summary)))
+        return summary
+
+    def _summary(self, first_eval, last) -> dict[str, Any]:
+        records = [json.loads(line) for line in open(os.path.join(self.workdir, "metrics.jsonl"))] if self.is_main else []
+        evals = [r for r in records if "eval/accuracy" in r]
+        before = evals[0]["eval/accuracy"] if evals else float("nan")
+        after = evals[-1]["eval/accuracy"] if evals else float("nan")
+        return {"strategy": self.config.selection.strategy, "steps": self.config.train.num_steps,
+                "accuracy_before": round(before, 4), "accuracy_after": round(after, 4),
+                "rollouts_generated": self.counters["rollout/num_responses"],
+                "prompts_skipped": self.counters["selection/skipped_total"]}
