@@ -152,3 +152,14 @@ def test_greso_template_keeps_the_parquet_instruction(shared_data):
     row = load_verl_parquet(os.path.join(shared_data, "dapo_math17k_cleaned", "train.parquet"))[0]
     text = format_prompt(row, "greso", CharTokenizer("ab"))
     assert text.count("Please solve the following math problem") == 1
+
+
+class RejectAll:
+    def should_keep(self, prompt_ids):
+        return np.zeros(len(prompt_ids), dtype=bool)
+
+
+def test_a_filter_that_rejects_a_whole_epoch_returns_short():
+    stream = pipeline(keep_filter=RejectAll())
+    kept, num_skipped, skipped = stream.next_prompts(5)
+    assert kept == [] and num_skipped == len(skipped) >= stream.num_prompts

@@ -106,15 +106,17 @@ class PromptPipeline:
                          "tokens")
 
     def next_prompts(self, n: int) -> tuple[list[PromptElement], int, np.ndarray]:
-        """Pulls prompts until `n` are kept. Returns (kept elements, number skipped by the keep
-        filter, skipped prompt ids int64 [num_skipped])."""
+        """Pulls prompts until `n` are kept, or until one whole epoch of this shard was pulled
+        without that (keep decisions are fixed within a training step, so pulling further would
+        only meet the same rejections again): then fewer than `n` come back. Returns (kept
+        elements, number skipped by the keep filter, skipped prompt ids int64 [num_skipped])."""
         if n < 0:
             raise ValueError(f"next_prompts: n must be >= 0, got {n}")
         kept: list[PromptElement] = []
         skipped: list[int] = []
-        max_pulls = n + 1000 * len(self.rows)  # GRESO's 1% keep floor makes this unreachable in practice
+        max_pulls = n + -(-len(self.rows) // self.shard_count)
         pulled = 0
-        while len(kept) < n:
+        while len(kept) < n and pulled < max_pulls:
             candidates = [self._next_fitting() for _ in range(n - len(kept))]
             pulled += len(candidates)
             ids = np.array([c["prompt_id"] for c in candidates], dtype=np.int64)
@@ -123,9 +125,6 @@ class PromptPipeline:
                 raise ValueError(f"keep_filter.should_keep: expected bool [{len(ids)}], got {keep.dtype} {keep.shape}")
             kept += [c for c, k in zip(candidates, keep) if k]
             skipped += ids[~keep].tolist()
-            if pulled > max_pulls:
-                raise RuntimeError(f"next_prompts: the keep filter rejected {len(skipped)} of {pulled} prompts "
-                                   f"without keeping {n}")
         self.num_skipped += len(skipped)
         return kept, len(skipped), np.array(skipped, dtype=np.int64)
 
