@@ -2,9 +2,11 @@
 for all rows, attending to the shared prompt cache and the per-row response cache without copying
 the prompt cache to the G rows of its group.
 
-Cache layout, per layer:
-  prompt cache    k, v [N, Tp, Hkv, hd]     written once by `prefill` (prompts left-aligned)
-  response cache  k, v [N, G, L, Hkv, hd]   slot s holds the key/value of response token s
+Cache layout, per layer: batch and head dimensions lead so both attention products are plain
+batched matmuls; keys are stored transposed (sequence minor), which XLA:CPU multiplies ~4x
+faster than [T, hd] keys (measured):
+  prompt cache    k [N, Hkv, hd, Tp], v [N, Hkv, Tp, hd]          written once by `prefill`
+  response cache  k [N, G, Hkv, hd, L], v [N, G, Hkv, L, hd]      slot s: response token s
 Every row of a call is at the same response step, so a decode step writes one slot for all rows.
 """
 
@@ -25,13 +27,13 @@ def _identity(x):
 
 
 class LayerCache(NamedTuple):
-    k: jax.Array
-    v: jax.Array
+    k: jax.Array  # transposed keys: [..., hd, T]
+    v: jax.Array  # values: [..., T, hd]
 
 
 def prefill(model, prompt_ids, prompt_lengths, constrain: Constraint = _identity):
     """prompt_ids int32 [N, Tp] (left-aligned, right-padded), prompt_lengths int32 [N] (>= 1) ->
-    (prompt cache: list of LayerCache [N, Tp, Hkv, hd] per layer, next-token logits float32 [N, V])."""
+    (prompt cache: one LayerCache per layer (k [N, Hkv, hd, Tp], v [N, Hkv, Tp, hd]), next-token logits float32 [N, V])."""
     n, tp = prompt_ids.shape
     positions = jnp.broadcast_to(jnp.arange(tp, dtype=jnp.int32), (n, tp))
     valid = positions < prompt_lengths[:, None]
@@ -40,7 +42,7 @@ def prefill(model, prompt_ids, prompt_lengths, constrain: Constraint = _identity
     caches = []
     for layer in model.layers:
         q, k, v = layer.attn.project_qkv(layer.input_norm(x), positions)
-        caches.append(LayerCache(constrain(k), constrain(v)))
+        caches.append(LayerCache(constrain(k.transpose(0, 2, 3, 1)), constrain(v.transpose(0, 2, 1, 3))))
         x = x + layer.attn.project_out(attend(q, k, v, mask))
         x = constrain(x + layer.mlp(layer.post_attention_norm(x)))
     last = jnp.take_along_axis(x, (prompt_lengths - 1)[:, None, None], axis=1)  # [N, 1, D]
@@ -48,33 +50,41 @@ def prefill(model, prompt_ids, prompt_lengths, constrain: Constraint = _identity
 
 
 def empty_response_cache(model, num_prompts: int, group: int, slots: int, constrain: Constraint = _identity):
-    """Zeroed per-row response caches, one LayerCache [N, G, slots, Hkv, hd] per layer, compute dtype."""
+    """Zeroed per-row response caches, one LayerCache (k [N, G, Hkv, hd, slots], v [N, G, Hkv, slots, hd])
+    per layer, in the compute dtype."""
     cfg = model.cfg
-    shape = (num_prompts, group, slots, cfg.num_kv_heads, cfg.head_dim)
-    zeros = lambda: constrain(jnp.zeros(shape, jnp.dtype(cfg.dtype)))  # noqa: E731
-    return [LayerCache(zeros(), zeros()) for _ in model.layers]
+    v_shape = (num_prompts, group, cfg.num_kv_heads, slots, cfg.head_dim)
+    k_shape = v_shape[:3] + (cfg.head_dim, slots)
+    zeros = lambda shape: constrain(jnp.zeros(shape, jnp.dtype(cfg.dtype)))  # noqa: E731
+    return [LayerCache(zeros(k_shape), zeros(v_shape)) for _ in model.layers]
 
 
 def _attend_prompt_and_response(q, prompt: LayerCache, response: LayerCache, prompt_lengths, slot):
     """q [N, G, Hkv, rep, hd] of the current token -> attention output [N, G, Hkv, rep, hd] over
     the prompt keys t < prompt_length and the response keys t <= slot, one joint softmax (float32)."""
-    hd = q.shape[-1]
+    n, group, hkv, rep, hd = q.shape
+    tp = prompt.v.shape[2]
     scale = 1.0 / jnp.sqrt(jnp.float32(hd))
-    prompt_scores = jnp.einsum("ngkrd,ntkd->ngkrt", q, prompt.k, preferred_element_type=jnp.float32) * scale
-    response_scores = jnp.einsum("ngkrd,ngtkd->ngkrt", q, response.k, preferred_element_type=jnp.float32) * scale
-    prompt_valid = jnp.arange(prompt.k.shape[1])[None, :] < prompt_lengths[:, None]  # [N, Tp]
-    response_valid = jnp.arange(response.k.shape[2]) <= slot  # [L]
-    prompt_scores = jnp.where(prompt_valid[:, None, None, None, :], prompt_scores, MASK_VALUE)
-    response_scores = jnp.where(response_valid, response_scores, MASK_VALUE)
+    # The G rows of a prompt share its keys: one [G*rep, hd] x [hd, Tp] product per (prompt, kv head).
+    q_by_head = q.transpose(0, 2, 1, 3, 4).reshape(n, hkv, group * rep, hd)
+    prompt_scores = jnp.einsum("nkmd,nkdt->nkmt", q_by_head, prompt.k, preferred_element_type=jnp.float32)
+    response_scores = jnp.einsum("ngkrd,ngkdt->ngkrt", q, response.k, preferred_element_type=jnp.float32)
+    prompt_valid = jnp.arange(tp)[None, :] < prompt_lengths[:, None]  # [N, Tp]
+    response_valid = jnp.arange(response.v.shape[3]) <= slot  # [L]
+    prompt_scores = jnp.where(prompt_valid[:, None, None, :], prompt_scores * scale, MASK_VALUE)
+    prompt_scores = prompt_scores.reshape(n, hkv, group, rep, tp).transpose(0, 2, 1, 3, 4)
+    response_scores = jnp.where(response_valid, response_scores * scale, MASK_VALUE)
     top = jnp.maximum(prompt_scores.max(-1, keepdims=True), response_scores.max(-1, keepdims=True))
     prompt_w = jnp.exp(prompt_scores - top)
     response_w = jnp.exp(response_scores - top)
     total = prompt_w.sum(-1, keepdims=True) + response_w.sum(-1, keepdims=True)
     dt = prompt.v.dtype
-    out = (jnp.einsum("ngkrt,ntkd->ngkrd", prompt_w.astype(dt), prompt.v, preferred_element_type=jnp.float32)
-           + jnp.einsum("ngkrt,ngtkd->ngkrd", response_w.astype(dt), response.v,
-                        preferred_element_type=jnp.float32))
-    return (out / total).astype(q.dtype)
+    prompt_w = prompt_w.transpose(0, 2, 1, 3, 4).reshape(n, hkv, group * rep, tp).astype(dt)
+    from_prompt = jnp.einsum("nkmt,nktd->nkmd", prompt_w, prompt.v, preferred_element_type=jnp.float32)
+    from_prompt = from_prompt.reshape(n, hkv, group, rep, hd).transpose(0, 2, 1, 3, 4)
+    from_response = jnp.einsum("ngkrt,ngktd->ngkrd", response_w.astype(dt), response.v,
+                               preferred_element_type=jnp.float32)
+    return ((from_prompt + from_response) / total).astype(q.dtype)
 
 
 def decode_step(model, tokens, prompt_cache, response_cache, prompt_lengths, slot,
@@ -90,11 +100,10 @@ def decode_step(model, tokens, prompt_cache, response_cache, prompt_lengths, slo
     updated = []
     for layer, prompt, response in zip(model.layers, prompt_cache, response_cache):
         q, k, v = layer.attn.project_qkv(layer.input_norm(x), positions)
-        k = k.reshape(n, group, 1, cfg.num_kv_heads, cfg.head_dim)
-        v = v.reshape(n, group, 1, cfg.num_kv_heads, cfg.head_dim)
-        start = (0, 0, slot, 0, 0)
-        response = LayerCache(constrain(jax.lax.dynamic_update_slice(response.k, k, start)),
-                              constrain(jax.lax.dynamic_update_slice(response.v, v, start)))
+        k = k.reshape(n, group, cfg.num_kv_heads, cfg.head_dim, 1)
+        v = v.reshape(n, group, cfg.num_kv_heads, 1, cfg.head_dim)
+        response = LayerCache(constrain(jax.lax.dynamic_update_slice(response.k, k, (0, 0, 0, 0, slot))),
+                              constrain(jax.lax.dynamic_update_slice(response.v, v, (0, 0, 0, slot, 0))))
         updated.append(response)
         q = q.reshape(n, group, cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads, cfg.head_dim)
         out = _attend_prompt_and_response(q, prompt, response, prompt_lengths, slot)

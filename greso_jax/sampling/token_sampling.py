@@ -8,6 +8,7 @@ truncation; at temperature 0 (greedy) it is log softmax(logits)[token].
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -52,6 +53,40 @@ def truncate_top_p(scaled_logits, top_p):
     return jnp.where(scaled_logits < cutoff, NEG_INF, scaled_logits)
 
 
+def _upper_triangular(n: int):
+    """[n, n] float32 with ones on and above the diagonal: x @ it is the inclusive cumsum of x."""
+    return jnp.triu(jnp.ones((n, n), jnp.float32))
+
+
+def _first_reaching(cdf, mass, target):
+    """Per row, the first index whose cumulative mass reaches target among entries of positive
+    mass; float rounding can leave none, then the last positive entry. cdf, mass [R, W], target [R]."""
+    width = cdf.shape[-1]
+    hit = (cdf >= target[:, None]) & (mass > 0)
+    last_positive = width - 1 - jnp.argmax((mass > 0)[:, ::-1], axis=-1)
+    return jnp.where(hit.any(-1), jnp.argmax(hit, axis=-1), last_positive)
+
+
+def sample_inverse_cdf(probs, uniforms):
+    """probs float32 [R, V] (rows sum to ~1, zeros allowed), uniforms [R] in (0, 1] -> tokens int32 [R].
+
+    Inverse-CDF draw in two levels (blocks of ~sqrt(V) tokens, then the token inside the chosen
+    block) with the prefix sums done as small triangular matmuls: one uniform per row instead
+    of V Gumbel variates, and no length-V cumsum (slow on XLA:CPU)."""
+    rows, vocab = probs.shape
+    width = 1 << max(1, math.ceil(math.log2(math.sqrt(vocab))))
+    blocks = -(-vocab // width)
+    padded = jnp.pad(probs, ((0, 0), (0, blocks * width - vocab))).reshape(rows, blocks, width)
+    block_mass = padded.sum(-1)  # [R, B]
+    block_cdf = block_mass @ _upper_triangular(blocks)
+    target = uniforms * block_cdf[:, -1]
+    block = _first_reaching(block_cdf, block_mass, target)
+    inner = jnp.take_along_axis(padded, block[:, None, None], axis=1)[:, 0]  # [R, W]
+    before = jnp.take_along_axis(block_cdf - block_mass, block[:, None], axis=1)[:, 0]
+    inner_cdf = before[:, None] + inner @ _upper_triangular(width)
+    return (block * width + _first_reaching(inner_cdf, inner, target)).astype(jnp.int32)
+
+
 def row_keys(key, step, row_ids):
     """One key per row [R] for this step: fold_in(fold_in(key, step), row). A row's draws depend
     only on (key, step, row index), not on how many padding rows the bucket added."""
@@ -70,6 +105,7 @@ def choose_tokens(logits, keys, mode: SamplingMode, temperature, top_p):
         truncated = truncate_top_k(scaled, mode.top_k)
         if mode.use_top_p:
             truncated = truncate_top_p(truncated, top_p)
-        tokens = jax.vmap(jax.random.categorical)(keys, truncated).astype(jnp.int32)
+        uniforms = 1.0 - jax.vmap(lambda k: jax.random.uniform(k, (), jnp.float32))(keys)  # (0, 1]
+        tokens = sample_inverse_cdf(jax.nn.softmax(truncated, axis=-1), uniforms)
     chosen = jnp.take_along_axis(logprobs, tokens[:, None], axis=-1)[:, 0]
     return tokens, chosen
