@@ -163,3 +163,41 @@ def test_a_filter_that_rejects_a_whole_epoch_returns_short():
     stream = pipeline(keep_filter=RejectAll())
     kept, num_skipped, skipped = stream.next_prompts(5)
     assert kept == [] and num_skipped == len(skipped) >= stream.num_prompts
+
+
+def _lockstep_hosts(num_hosts, n, keep_filter, pulls):
+    """Runs `num_hosts` sharded pipelines in lockstep threads with a real barrier-based allgather."""
+    import threading
+
+    hosts = [pipeline(keep_filter=keep_filter, shard_index=h, shard_count=num_hosts) for h in range(num_hosts)]
+    barrier, slots, results = threading.Barrier(num_hosts), [None] * num_hosts, [[] for _ in range(num_hosts)]
+
+    def run(h):
+        def allgather(x):
+            slots[h] = np.asarray(x)
+            barrier.wait()
+            out = np.stack(slots)
+            barrier.wait()
+            return out
+        for _ in range(pulls):
+            kept, num_skipped, skipped = hosts[h].next_prompts_across_hosts(n, allgather)
+            results[h].append((ids(kept), skipped.tolist()))
+
+    threads = [threading.Thread(target=run, args=(h,)) for h in range(num_hosts)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    return results
+
+
+@pytest.mark.parametrize("num_hosts", [2, 3])
+def test_sharded_pull_equals_the_single_host_stream(num_hosts):
+    single = pipeline(keep_filter=EvenIds())
+    expected = []
+    for _ in range(7):
+        kept, _, skipped = single.next_prompts(5)
+        expected.append((ids(kept), skipped.tolist()))
+    results = _lockstep_hosts(num_hosts, 5, EvenIds(), 7)
+    for host_result in results:
+        assert host_result == expected

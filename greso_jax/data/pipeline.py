@@ -128,6 +128,51 @@ class PromptPipeline:
         self.num_skipped += len(skipped)
         return kept, len(skipped), np.array(skipped, dtype=np.int64)
 
+    def next_prompts_across_hosts(self, n: int, allgather) -> tuple[list[PromptElement], int, np.ndarray]:
+        """Multi-host `next_prompts`: every host calls it in lockstep with the same `n`; each reads
+        only its own shard, and together they return, on every host, exactly the prompts (and
+        skips) a single-host pipeline would: the first `n` kept prompts of the global stream.
+        `allgather(x [c]) -> [P, c]` stacks every host's equally shaped array."""
+        kept: list[tuple[int, int]] = []  # (global position, prompt id), in global order
+        skipped: list[int] = []
+        start = self._iterator.get_state()["next_index"]
+        read = 0  # elements this host has read past `start`
+        last_position = -1
+        max_pulls = n + len(self.rows)
+        while len(kept) < n and read * self.shard_count < max_pulls:
+            chunk = -(-(n - len(kept)) // self.shard_count)
+            positions = np.full(chunk, -1, np.int64)
+            ids = np.full(chunk, -1, np.int64)
+            for j in range(chunk):
+                element = next(self._iterator)
+                positions[j] = self.shard_index + (start + read) * self.shard_count
+                read += 1
+                if len(element["prompt_tokens"]) <= self.max_prompt_length:
+                    ids[j] = element["prompt_id"]
+                else:
+                    self.num_dropped_too_long += 1
+            keep = np.zeros(chunk, bool)
+            fitting = ids >= 0
+            keep[fitting] = np.asarray(self.keep_filter.should_keep(ids[fitting]))
+            table = np.stack([positions, ids, keep.astype(np.int64)], axis=-1)
+            every = np.asarray(allgather(table)).reshape(-1, 3)
+            for position, prompt_id, keep_it in every[np.argsort(every[:, 0], kind="stable")]:
+                if len(kept) == n:
+                    break
+                last_position = int(position)
+                if prompt_id < 0:
+                    continue
+                if keep_it:
+                    kept.append((last_position, int(prompt_id)))
+                else:
+                    skipped.append(int(prompt_id))
+        # Rewind what this host read beyond the last consumed global position.
+        consumed = sum(1 for k in range(read) if self.shard_index + (start + k) * self.shard_count <= last_position)
+        self._iterator.set_state({"next_index": start + consumed})
+        self.num_skipped += len(skipped)
+        elements = [self._tokenise(self.rows[prompt_id]) for _, prompt_id in kept]
+        return elements, len(skipped), np.array(skipped, dtype=np.int64)
+
     def get_state(self) -> dict:
         """JSON-serialisable position of the stream (restore with `set_state`)."""
         return {"version": STATE_VERSION, "iterator": dict(self._iterator.get_state()), "seed": self.seed,
