@@ -1,0 +1,231 @@
+"""Sampler benchmark: greso_jax.sampling.generate vs transformers.generate vs Tunix's JAX sampler.
+
+Same shape for all three ("bench-30m": 8 layers, hidden 512, MLP 1536, 8 heads, 2 KV heads,
+vocab 4096, tied), N prompts x G samples x prompt length x new tokens at temperature 1 without
+EOS, in one run. Also prints prefill time with and without prefix sharing, the KV-cache bytes and
+the fraction of the machine's matmul peak (measured in the same run) that the decode reaches.
+
+    python experiments/bench/sampler.py                       # CPU defaults: 16 x 8 x 64 x 128
+    python experiments/bench/sampler.py --tunix_python=""     # without Tunix
+
+Tunix runs in a subprocess with its own interpreter (a separate venv with requirements-peers.txt),
+so the project's pinned stack is untouched; `--tunix_worker` is that subprocess's entry point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _best_time(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def matmul_peak_flops(size: int = 2048, repeats: int = 5) -> float:
+    """FLOP/s of a jitted float32 [size, size] @ [size, size] on the default device."""
+    import jax
+    import jax.numpy as jnp
+
+    a = jax.random.normal(jax.random.key(0), (size, size), jnp.float32)
+    mm = jax.jit(lambda x: x @ x)
+    mm(a).block_until_ready()
+    return 2 * size ** 3 / _best_time(lambda: mm(a).block_until_ready(), repeats)
+
+
+def decode_flops_per_token(cfg, context: float) -> float:
+    """Matmul FLOPs of one decode token: all weight matmuls plus attention over `context` keys."""
+    d, hd = cfg.hidden_size, cfg.head_dim
+    per_layer = 2 * d * (cfg.num_heads + 2 * cfg.num_kv_heads) * hd + 2 * cfg.num_heads * hd * d
+    per_layer += 3 * 2 * d * cfg.intermediate_size + 2 * 2 * cfg.num_heads * hd * context
+    return cfg.num_layers * per_layer + 2 * d * cfg.vocab_size
+
+
+def bench_greso(args, prompts, cfg_name):
+    import jax
+    from flax import nnx
+
+    from greso_jax.models import PRESETS, init_model, save_pretrained
+    from greso_jax.sampling import compile_count, generate, prefill
+
+    model = init_model(PRESETS[cfg_name], seed=0)
+    kwargs = dict(num_samples=args.group, max_new_tokens=args.new_tokens, temperature=1.0)
+    start = time.perf_counter()
+    out = generate(model, prompts, rng=jax.random.key(0), **kwargs)
+    compile_s = time.perf_counter() - start
+    seconds = _best_time(lambda: generate(model, prompts, rng=jax.random.key(1), **kwargs), args.repeats)
+    assert (out.lengths == args.new_tokens).all() and compile_count() >= 1
+
+    graphdef, state = nnx.split(model)
+    prefill_jit = jax.jit(lambda s, ids, lengths: prefill(nnx.merge(graphdef, s), ids, lengths))
+    ids = jax.numpy.asarray(prompts, jax.numpy.int32)
+    lengths = jax.numpy.full((len(prompts),), ids.shape[1], jax.numpy.int32)
+
+    def prefill_time(rows_ids, rows_lengths):
+        jax.block_until_ready(prefill_jit(state, rows_ids, rows_lengths))
+        return _best_time(lambda: jax.block_until_ready(prefill_jit(state, rows_ids, rows_lengths)), args.repeats)
+
+    shared = prefill_time(ids, lengths)
+    per_row = prefill_time(jax.numpy.repeat(ids, args.group, 0), jax.numpy.repeat(lengths, args.group))
+    folder = os.path.join(args.workdir, "bench-weights")
+    save_pretrained(model, folder)
+    return dict(seconds=seconds, compile_s=compile_s, prefill_shared_s=shared, prefill_per_row_s=per_row,
+                kv_cache_bytes=out.kv_cache_bytes, weights=folder, cfg=model.cfg)
+
+
+def bench_transformers(args, prompts, folder, threads):
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    torch.set_num_threads(threads)
+    model = Qwen2ForCausalLM.from_pretrained(folder, attn_implementation="sdpa").eval()
+    ids = torch.tensor(prompts, dtype=torch.long).repeat_interleave(args.group, dim=0)
+
+    def run(new_tokens):
+        with torch.no_grad():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0,
+                                 top_k=0, top_p=1.0, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                                 pad_token_id=0)
+        assert out.shape == (ids.shape[0], ids.shape[1] + new_tokens)
+
+    run(2)  # warm-up
+    return _best_time(lambda: run(args.new_tokens), args.repeats)
+
+
+def tunix_worker(args):
+    """Runs inside the peers venv: Tunix's Qwen2 + Sampler at the bench shape, random weights."""
+    import jax
+    from flax import nnx
+    from tunix.generate import sampler as tunix_sampler
+    from tunix.models.qwen2 import model as tunix_qwen2
+
+    class IntTokenizer:  # prompts are space-separated token ids; no BOS
+        def encode(self, text, **_):
+            return [int(t) for t in text.split()]
+
+        def decode(self, ids, **_):
+            return " ".join(str(int(t)) for t in ids)
+
+        def bos_id(self):
+            return 0
+
+        def eos_id(self):
+            return args.vocab - 1
+
+        def pad_id(self):
+            return 0
+
+    cfg = tunix_qwen2.ModelConfig(num_layers=args.layers, vocab_size=args.vocab, embed_dim=args.hidden,
+                                  hidden_dim=args.mlp, num_heads=args.heads, head_dim=args.hidden // args.heads,
+                                  num_kv_heads=args.kv_heads, rope_theta=10000, norm_eps=1e-6,
+                                  use_tied_embedding=True)
+    model = tunix_qwen2.Qwen2(cfg, rngs=nnx.Rngs(0))
+    cache = tunix_sampler.CacheConfig(cache_size=args.prompt_len + args.new_tokens, num_layers=args.layers,
+                                      num_kv_heads=args.kv_heads, head_dim=args.hidden // args.heads)
+    sampler = tunix_sampler.Sampler(model, IntTokenizer(), cache)
+    with open(args.tunix_worker) as f:
+        prompts = json.load(f)
+    rows = [" ".join(map(str, p)) for p in prompts for _ in range(args.group)]
+
+    def run(seed):
+        out = sampler(rows, max_generation_steps=args.new_tokens, max_prompt_length=args.prompt_len,
+                      temperature=1.0, top_p=1.0, eos_tokens=[args.vocab], seed=seed, pad_output=True)
+        jax.block_until_ready(out.tokens)
+
+    start = time.perf_counter()
+    run(0)
+    compile_s = time.perf_counter() - start
+    seconds = min(_best_time(lambda: run(1), 1) for _ in range(args.repeats))
+    print(json.dumps(dict(seconds=seconds, compile_s=compile_s)))
+
+
+def bench_tunix(args, prompts, cfg):
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(prompts, f)
+    command = [args.tunix_python, os.path.abspath(__file__), f"--tunix_worker={f.name}",
+               f"--group={args.group}", f"--prompt_len={args.prompt_len}", f"--new_tokens={args.new_tokens}",
+               f"--repeats={args.repeats}", f"--layers={cfg.num_layers}", f"--vocab={cfg.vocab_size}",
+               f"--hidden={cfg.hidden_size}", f"--mlp={cfg.intermediate_size}", f"--heads={cfg.num_heads}",
+               f"--kv_heads={cfg.num_kv_heads}"]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=tempfile.gettempdir())
+    if result.returncode:
+        return None, result.stderr.strip().splitlines()[-1] if result.stderr else f"exit {result.returncode}"
+    return json.loads(result.stdout.strip().splitlines()[-1]), None
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", default="bench-30m")
+    parser.add_argument("--prompts", type=int, default=16)
+    parser.add_argument("--group", type=int, default=8)
+    parser.add_argument("--prompt_len", type=int, default=64)
+    parser.add_argument("--new_tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--tunix_python", default="/tmp/venv-peers/bin/python")
+    parser.add_argument("--skip_transformers", action="store_true")
+    parser.add_argument("--workdir", default=tempfile.mkdtemp(prefix="bench-sampler-"))
+    parser.add_argument("--tunix_worker", default="")
+    for name in ("layers", "vocab", "hidden", "mlp", "heads", "kv_heads"):
+        parser.add_argument(f"--{name}", type=int, default=0)
+    args = parser.parse_args()
+    if args.tunix_worker:
+        return tunix_worker(args)
+
+    sys.path.insert(0, REPO)
+    import numpy as np
+
+    from greso_jax.models import PRESETS
+
+    vocab = PRESETS[args.preset].vocab_size
+    prompts = np.random.default_rng(0).integers(1, vocab - 1, (args.prompts, args.prompt_len)).tolist()
+    tokens = args.prompts * args.group * args.new_tokens
+    peak = matmul_peak_flops()
+    ours = bench_greso(args, prompts, args.preset)
+    cfg = ours["cfg"]
+    results = {"greso_jax": ours["seconds"]}
+    notes = []
+    if not args.skip_transformers:
+        results["transformers"] = bench_transformers(args, prompts, ours["weights"], args.threads)
+    if args.tunix_python:
+        tunix, error = bench_tunix(args, prompts, cfg)
+        if tunix is None:
+            notes.append(f"Tunix failed: {error}")
+        else:
+            results["tunix"] = tunix["seconds"]
+
+    decode_s = ours["seconds"] - ours["prefill_shared_s"]
+    mean_context = args.prompt_len + (args.new_tokens - 1) / 2
+    decode_flops = args.prompts * args.group * (args.new_tokens - 1) * decode_flops_per_token(cfg, mean_context)
+    print(f"shape: {args.preset}, {args.prompts} prompts x G={args.group} x {args.prompt_len}-token prompts x "
+          f"{args.new_tokens} new tokens, temperature 1, no EOS, float32, {args.threads} threads")
+    print(f"{'sampler':<14}{'seconds':>10}{'tokens/s':>12}{'greso_jax speed-up':>20}")
+    for name, seconds in results.items():
+        print(f"{name:<14}{seconds:>10.2f}{tokens / seconds:>12.0f}{seconds / ours['seconds']:>19.2f}x")
+    print(f"greso_jax first call (compile + run): {ours['compile_s']:.1f} s")
+    print(f"prefill with prefix sharing ({args.prompts} rows): {ours['prefill_shared_s'] * 1e3:.1f} ms; "
+          f"without ({args.prompts * args.group} rows): {ours['prefill_per_row_s'] * 1e3:.1f} ms "
+          f"({ours['prefill_per_row_s'] / ours['prefill_shared_s']:.1f}x)")
+    print(f"KV cache: {ours['kv_cache_bytes'] / 2**20:.1f} MiB "
+          f"(a per-row cache of prompt+response would be "
+          f"{2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4 * args.prompts * args.group * (args.prompt_len + args.new_tokens) / 2**20:.1f} MiB)")
+    print(f"matmul peak (2048^3 f32, same run): {peak / 1e9:.1f} GFLOP/s; decode: "
+          f"{decode_flops / decode_s / 1e9:.1f} GFLOP/s = {decode_flops / decode_s / peak:.0%} of peak")
+    for note in notes:
+        print(note)
+
+
+if __name__ == "__main__":
+    main()
