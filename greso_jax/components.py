@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+import jax
+
 from greso_jax.data import arith
 from greso_jax.data.prompts import format_prompt
 from greso_jax.data.sources import load_benchmark, load_source
@@ -54,5 +56,6 @@ def build_policy(config, tokenizer, train_rows, workdir: str, mesh, log=print):
         model = cached_warmstart(model, pairs, cache_dir=os.path.join(workdir, "warmstart"),
                                  eos_id=tokenizer.eos_ids[0], pad_id=tokenizer.pad_id, width=width,
                                  steps=t.warmstart_steps, batch_size=t.warmstart_batch_size,
-                                 learning_rate=t.warmstart_learning_rate, seed=config.seed, log=log)
+                                 learning_rate=t.warmstart_learning_rate, seed=config.seed, log=log,
+                                 write_cache=jax.process_index() == 0)
     return place_on_mesh(model, mesh)

@@ -89,6 +89,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.train.warmstart_learning_rate = 1e-3
     c.train.warmstart_batch_size = 64
     c.train.quiet = False
+    c.train.host_check_every_steps = 10  # multi-host: compare selector-state digests across hosts
 
     c.selection = ml_collections.ConfigDict()
     c.selection.strategy = "greso"
@@ -215,6 +216,7 @@ FIELD_SPECS: dict[str, Spec] = {
     "train.warmstart_learning_rate": Spec(FLOAT, 0, low_open=True),
     "train.warmstart_batch_size": Spec(INT, 1),
     "train.quiet": Spec(BOOL),
+    "train.host_check_every_steps": Spec(INT, 0),
     "selection.strategy": Spec(STR, choices=STRATEGIES),
     "selection.rollout_batch_size": Spec(INT, 1),
     "selection.min_pass_size": Spec(INT, 1),

@@ -8,6 +8,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from greso_jax.configs import ConfigError
+from greso_jax.parallel.distributed import initialize_from_flags  # defines the multi-host flags
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (…/x.py[:variant]).",
                                           lock_config=True)
@@ -19,8 +20,6 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv) -> None:
     del argv
     logging.set_verbosity(logging.WARNING)  # orbax logs every checkpoint file at INFO
-    from greso_jax.parallel.distributed import initialize_from_flags
-
     initialize_from_flags()
     from greso_jax.trainer import Trainer
 

@@ -29,6 +29,7 @@ from greso_jax.rl.batch import make_rollout_batch
 from greso_jax.rl.learner import Learner
 from greso_jax.sampling import generate
 from greso_jax.selection import PulledPrompts, RolloutResult, make_selector, run_selection_step
+from greso_jax.parallel import multihost
 from greso_jax.parallel.sharding import mesh_from_config
 
 
@@ -63,7 +64,7 @@ class Trainer:
         self.pipeline = PromptPipeline(
             self.train_rows, self.tokenizer, template=c.data.prompt_template,
             max_prompt_length=c.data.max_prompt_length, seed=c.seed, shuffle=c.data.shuffle,
-            keep_filter=self.selector, shard_index=0, shard_count=1)
+            keep_filter=self.selector, shard_index=jax.process_index(), shard_count=jax.process_count())
         self.pool = GradingPool(num_workers=c.data.grading_workers, timeout_s=c.data.grading_timeout_s,
                                 shaping=c.data.reward_shaping)
         self.checkpointer = Checkpointer(os.path.join(self.workdir, "checkpoints"), keep=c.checkpoint.keep,
@@ -77,7 +78,10 @@ class Trainer:
     # -- callbacks for the selection driver -------------------------------------------------
 
     def _pull_prompts(self, n: int) -> PulledPrompts:
-        elements, _, skipped_ids = self.pipeline.next_prompts(n)
+        if multihost.is_multihost():
+            elements, _, skipped_ids = self.pipeline.next_prompts_across_hosts(n, multihost.allgather)
+        else:
+            elements, _, skipped_ids = self.pipeline.next_prompts(n)
         ids = np.asarray([e["prompt_id"] for e in elements], np.int64)
         return PulledPrompts(prompt_ids=ids, payloads=elements, skipped_ids=np.asarray(skipped_ids, np.int64))
 
@@ -99,14 +103,33 @@ class Trainer:
         texts = [self.tokenizer.decode(out.tokens[r, :out.lengths[r]]) for r in range(rows)]
         golds = [e["ground_truth"] for e in payloads for _ in range(num_samples)]
         sources = [e["data_source"] for e in payloads for _ in range(num_samples)]
-        scored = self.pool.score(texts, golds, sources)
+        rewards, correct = self._score_across_hosts(texts, golds, sources)
         self._tick("time/reward", start)
-        self._grading_failures += scored.num_timeouts + scored.num_crashes
-        handle = Rollout(num_samples=num_samples, prompt_tokens=[p for p in prompts for _ in range(num_samples)], tokens=out.tokens,
-                         logprobs=out.logprobs, lengths=out.lengths, truncated=out.truncated)
-        return RolloutResult(correct=np.asarray(scored.correct, bool).reshape(len(prompts), num_samples),
-                             rewards=np.asarray(scored.rewards, np.float32).reshape(len(prompts), num_samples),
+        handle = Rollout(num_samples=num_samples, prompt_tokens=[p for p in prompts for _ in range(num_samples)],
+                         tokens=out.tokens, logprobs=out.logprobs, lengths=out.lengths, truncated=out.truncated)
+        return RolloutResult(correct=correct.reshape(len(prompts), num_samples),
+                             rewards=rewards.reshape(len(prompts), num_samples),
                              handle=handle, num_tokens=int(np.sum(out.lengths)))
+
+    def _score_across_hosts(self, texts, golds, sources) -> tuple[np.ndarray, np.ndarray]:
+        """Grades every response once: host h grades rows h, h+P, ...; the results are gathered
+        so every host holds all rewards (the selector must observe identical groups everywhere)."""
+        hosts, me = jax.process_count(), jax.process_index()
+        rows = np.arange(me, len(texts), hosts)
+        scored = self.pool.score([texts[i] for i in rows], [golds[i] for i in rows], [sources[i] for i in rows])
+        width = -(-len(texts) // hosts)
+        local = np.zeros((width, 3), np.float32)
+        local[:len(rows), 0] = scored.rewards
+        local[:len(rows), 1] = scored.correct
+        local[0, 2] = scored.num_timeouts + scored.num_crashes
+        gathered = multihost.allgather(local)  # [P, width, 3]
+        rewards, correct = np.zeros(len(texts), np.float32), np.zeros(len(texts), bool)
+        for host in range(hosts):
+            host_rows = np.arange(host, len(texts), hosts)
+            rewards[host_rows] = gathered[host, :len(host_rows), 0]
+            correct[host_rows] = gathered[host, :len(host_rows), 1] > 0.5
+        self._grading_failures += int(gathered[:, 0, 2].sum())
+        return rewards, correct
 
     def _tick(self, name: str, start: float) -> None:
         self._timers[name] = self._timers.get(name, 0.0) + time.perf_counter() - start
@@ -210,6 +233,9 @@ class Trainer:
         result = run_selection_step(self.selector, step, pull_prompts=self._pull_prompts, rollout=self._rollout,
                                     train_batch_size=c.train.train_batch_size)
         metrics = dict(result.metrics)
+        every = c.train.host_check_every_steps
+        if multihost.is_multihost() and every and step % every == 0:
+            multihost.check_identical_across_hosts(self.selector.state_dict(), "the selector state", step)
         if result.groups:
             batch, truncated, stats = self._assemble_batch(result)
             metrics.update(stats)

@@ -67,8 +67,10 @@ def supervised_train(model: Qwen2, ids: np.ndarray, mask: np.ndarray, *, steps: 
 
 
 def cached_warmstart(model: Qwen2, pairs, *, cache_dir: str, eos_id: int, pad_id: int, width: int, steps: int,
-                     batch_size: int, learning_rate: float, seed: int, log=print) -> Qwen2:
-    """Returns the warm-started model, from `cache_dir` when it holds a run with the same settings."""
+                     batch_size: int, learning_rate: float, seed: int, log=print, write_cache: bool = True) -> Qwen2:
+    """Returns the warm-started model, from `cache_dir` when it holds a run with the same settings.
+    Training is deterministic, so on several hosts each trains its own identical copy and only
+    one (`write_cache`) writes the cache."""
     key = {"steps": steps, "batch_size": batch_size, "learning_rate": learning_rate, "seed": seed,
            "width": width, "model": repr(model.cfg),
            "data": hashlib.sha256(json.dumps([list(map(list, p)) for p in pairs]).encode()).hexdigest()}
@@ -85,8 +87,9 @@ def cached_warmstart(model: Qwen2, pairs, *, cache_dir: str, eos_id: int, pad_id
                               learning_rate=learning_rate, seed=seed)
     if not np.isfinite(losses[-1]):
         raise FloatingPointError(f"warm start diverged: final loss {losses[-1]}")
-    save_pretrained(model, cache_dir)
-    with open(key_path, "w") as f:
-        json.dump({"key": key, "final_loss": losses[-1]}, f)
+    if write_cache:
+        save_pretrained(model, cache_dir)
+        with open(key_path, "w") as f:  # written last: its presence means the weights are complete
+            json.dump({"key": key, "final_loss": losses[-1]}, f)
     log(f"warm start: final loss {losses[-1]:.4f}")
     return model

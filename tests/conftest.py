@@ -33,3 +33,19 @@ def shared_data():
     if not os.path.isdir(path):
         pytest.skip(f"shared data not found at {path}")
     return path
+
+
+@pytest.fixture(scope="session")
+def warm_policy(tmp_path_factory):
+    """A tiny-test policy warm-started (supervised, cached) on the trainer tests' 24-prompt pool:
+    it solves some prompts and fails others, so every strategy meets groups with variance."""
+    import trainer_config
+    from greso_jax.components import build_policy, build_tokenizer, load_rows
+    from greso_jax.parallel import make_mesh
+
+    config = trainer_config.get_config("greso")
+    config.train.warmstart_steps, config.train.warmstart_learning_rate = 300, 3e-3
+    workdir = tmp_path_factory.mktemp("warm_policy")
+    rows, _ = load_rows(config)
+    build_policy(config, build_tokenizer(config), rows, str(workdir), make_mesh(1, 1, 1), log=lambda *a: None)
+    return str(workdir / "warmstart")

@@ -188,7 +188,7 @@ def _lockstep_hosts(num_hosts, n, keep_filter, pulls):
         t.start()
     for t in threads:
         t.join(timeout=60)
-    return results
+    return results, hosts
 
 
 @pytest.mark.parametrize("num_hosts", [2, 3])
@@ -198,6 +198,16 @@ def test_sharded_pull_equals_the_single_host_stream(num_hosts):
     for _ in range(7):
         kept, _, skipped = single.next_prompts(5)
         expected.append((ids(kept), skipped.tolist()))
-    results = _lockstep_hosts(num_hosts, 5, EvenIds(), 7)
+    results, _ = _lockstep_hosts(num_hosts, 5, EvenIds(), 7)
     for host_result in results:
         assert host_result == expected
+
+
+def test_a_two_host_state_resumes_on_one_host():
+    single = pipeline(keep_filter=EvenIds())
+    expected = [ids(single.next_prompts(5)[0]) for _ in range(5)]
+    results, hosts = _lockstep_hosts(2, 5, EvenIds(), 3)
+    assert [kept for kept, _ in results[0]] == expected[:3]
+    resumed = pipeline(keep_filter=EvenIds())
+    resumed.set_state(hosts[0].get_state())  # process 0 checkpoints its own shard's state
+    assert [ids(resumed.next_prompts(5)[0]) for _ in range(2)] == expected[3:5]

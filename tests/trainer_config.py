@@ -4,6 +4,9 @@ from greso_jax import configs
 
 
 def get_config(strategy: str = "greso"):
+    """`strategy` may carry a warm-started policy folder after a comma: "greso,/path/to/policy"
+    (the folder comes from the `warm_policy` fixture; without it the policy is untrained)."""
+    strategy, _, policy_path = (strategy or "greso").partition(",")
     c = configs.get_config()
     c.seed = 3
     c.model.preset = "tiny-test"
@@ -20,6 +23,7 @@ def get_config(strategy: str = "greso"):
     c.train.train_batch_size = 4
     c.train.warmstart_steps = 0
     c.train.quiet = True
+    c.model.path = policy_path
     c.selection.strategy = strategy or "greso"
     c.selection.rollout_batch_size = 6
     c.selection.min_pass_size = 2

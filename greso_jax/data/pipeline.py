@@ -68,6 +68,9 @@ class PromptPipeline:
         self.keep_filter = keep_filter if keep_filter is not None else KeepAll()
         self.num_dropped_too_long = 0
         self.num_skipped = 0
+        # Global stream position consumed so far (all hosts together): what lets a checkpoint of
+        # one shard layout resume under another. None once a plain sharded pull made it unknowable.
+        self._global_position: int | None = 0
         dataset = grain.MapDataset.source(self.rows)
         if shuffle:
             dataset = dataset.shuffle(seed=seed)
@@ -126,6 +129,7 @@ class PromptPipeline:
             kept += [c for c, k in zip(candidates, keep) if k]
             skipped += ids[~keep].tolist()
         self.num_skipped += len(skipped)
+        self._global_position = self._iterator.get_state()["next_index"] if self.shard_count == 1 else None
         return kept, len(skipped), np.array(skipped, dtype=np.int64)
 
     def next_prompts_across_hosts(self, n: int, allgather) -> tuple[list[PromptElement], int, np.ndarray]:
@@ -169,6 +173,8 @@ class PromptPipeline:
         # Rewind what this host read beyond the last consumed global position.
         consumed = sum(1 for k in range(read) if self.shard_index + (start + k) * self.shard_count <= last_position)
         self._iterator.set_state({"next_index": start + consumed})
+        if self._global_position is not None and last_position >= 0:
+            self._global_position = last_position + 1
         self.num_skipped += len(skipped)
         elements = [self._tokenise(self.rows[prompt_id]) for _, prompt_id in kept]
         return elements, len(skipped), np.array(skipped, dtype=np.int64)
@@ -178,17 +184,28 @@ class PromptPipeline:
         return {"version": STATE_VERSION, "iterator": dict(self._iterator.get_state()), "seed": self.seed,
                 "num_prompts": len(self.rows), "shard": [self.shard_index, self.shard_count],
                 "shuffle": self.shuffle, "num_dropped_too_long": self.num_dropped_too_long,
-                "num_skipped": self.num_skipped}
+                "num_skipped": self.num_skipped, "global_position": self._global_position}
 
     def set_state(self, state: dict) -> None:
-        """Resumes from `get_state()` output of a pipeline over the same rows and settings."""
+        """Resumes from `get_state()` output of a pipeline over the same rows and settings. A
+        state saved under another shard layout (another number of hosts) resumes from its global
+        position, when it has one."""
         expected = {"version": STATE_VERSION, "seed": self.seed, "num_prompts": len(self.rows),
-                    "shard": [self.shard_index, self.shard_count], "shuffle": self.shuffle}
+                    "shuffle": self.shuffle}
         for key, value in expected.items():
             if key not in state:
                 raise ValueError(f"pipeline state: missing {key!r}")
-            if (list(state[key]) if key == "shard" else state[key]) != value:
+            if state[key] != value:
                 raise ValueError(f"pipeline state: {key} is {state[key]!r}, this pipeline has {value!r}")
-        self._iterator.set_state(dict(state["iterator"]))
+        global_position = state.get("global_position")
+        if list(state["shard"]) == [self.shard_index, self.shard_count]:
+            self._iterator.set_state(dict(state["iterator"]))
+        elif global_position is None:
+            raise ValueError(f"pipeline state: saved by shard {state['shard']} without a global position; "
+                             f"it cannot resume as shard {[self.shard_index, self.shard_count]}")
+        else:  # this host's positions i, i+k, ... below the global position were consumed
+            consumed = max(0, -(-(int(global_position) - self.shard_index) // self.shard_count))
+            self._iterator.set_state({"next_index": consumed})
+        self._global_position = None if global_position is None else int(global_position)
         self.num_dropped_too_long = int(state["num_dropped_too_long"])
         self.num_skipped = int(state["num_skipped"])

@@ -22,6 +22,7 @@ from greso_jax.models import safetensors_io
 from greso_jax.models.presets import ModelConfig
 from greso_jax.models.qwen2 import Qwen2, abstract_model
 from greso_jax.parallel.sharding import named_sharding
+from greso_jax.parallel import multihost
 
 _LAYER_NAMES = {
     ("attn", "q_kernel"): ("self_attn.q_proj.weight", True),
@@ -148,7 +149,7 @@ def place_on_mesh(model: Qwen2, mesh: Mesh) -> Qwen2:
     """Reshards an existing model's parameters as their logical axes ask (in place)."""
     for _, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
         sharding = named_sharding(var.get_metadata()["logical_axes"], var.value.shape, mesh)
-        var.value = jax.device_put(var.value, sharding)
+        var.value = multihost.put(var.value, sharding)
     return model
 
 

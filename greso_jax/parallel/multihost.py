@@ -54,3 +54,22 @@ def check_identical_across_hosts(state: dict, what: str, step: int) -> None:
     if differing:
         raise HostDivergenceError(f"step {step}: {what} differs between hosts: host(s) {differing} disagree "
                                   f"with host 0. Every host must make identical selection decisions; stopping.")
+
+
+def put(x, sharding):
+    """`jax.device_put` that also works when `sharding` spans several processes: host data
+    (identical on every process) is placed shard by shard; global arrays are resharded."""
+    if sharding.is_fully_addressable or (isinstance(x, jax.Array) and not x.is_fully_addressable):
+        return jax.device_put(x, sharding)
+    if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+        return jax.random.wrap_key_data(put(jax.random.key_data(x), sharding), impl=jax.random.key_impl(x))
+    host = np.asarray(jax.device_get(x))
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+
+def put_tree(tree, shardings):
+    """`put` over a pytree; `shardings` is one sharding or a pytree prefix of `tree` (as for
+    `jax.device_put`: e.g. one sharding per nnx Variable)."""
+    if isinstance(shardings, jax.sharding.Sharding):
+        return jax.tree.map(lambda x: put(x, shardings), tree)
+    return jax.tree.map(lambda s, sub: jax.tree.map(lambda x: put(x, s), sub), shardings, tree)

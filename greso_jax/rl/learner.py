@@ -27,6 +27,7 @@ from greso_jax.rl.logprobs import DEFAULT_CHUNK_SIZE, token_logprobs
 from greso_jax.rl.losses import LossConfig
 from greso_jax.rl.optim import learning_rate_at, make_optimizer
 from greso_jax.rl.train_step import MicroBatches, accumulate_gradients, guarded_update
+from greso_jax.parallel import multihost
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ class Learner:
         self._param_shardings = param_shardings(model, self.mesh).to_pure_dict()
         self._replicated = replicated(self.mesh)
         self.tx = make_optimizer(config)
-        self._params = jax.device_put(params, self._param_shardings)
+        self._params = multihost.put_tree(params, self._param_shardings)
         abstract_opt_state = jax.eval_shape(self.tx.init, self._params)
         self._opt_shardings = optax.tree_map_params(self.tx, lambda _, sharding: sharding, abstract_opt_state,
                                                     self._param_shardings,
@@ -80,7 +81,7 @@ class Learner:
                 ref_graphdef, ref_params, ref_shardings = self._graphdef, self._params, self._param_shardings
             # A copy, not an alias: the policy's buffers are donated at every update.
             copy = jax.jit(lambda tree: jax.tree.map(jnp.copy, tree), out_shardings=ref_shardings)
-            self._reference = (ref_graphdef, copy(jax.device_put(ref_params, ref_shardings)))
+            self._reference = (ref_graphdef, copy(multihost.put_tree(ref_params, ref_shardings)))
         self._nnx_update_model()
 
     # ----------------------------------------------------------------------------------- state
@@ -98,7 +99,7 @@ class Learner:
         """{params (pure dict of sharded arrays), opt_state, step}: orbax-checkpointable. The arrays
         are the live ones; save (or copy) them before the next `update` donates them."""
         return {"params": self._params, "opt_state": self._opt_state,
-                "step": jax.device_put(jnp.asarray(self._step, jnp.int32), self._replicated)}
+                "step": multihost.put(jnp.asarray(self._step, jnp.int32), self._replicated)}
 
     def load_train_state(self, tree: dict) -> None:
         """Restores a tree shaped like `train_state()` (e.g. from orbax), resharded onto this mesh."""
@@ -115,8 +116,8 @@ class Learner:
                 if tuple(np.shape(a)) != tuple(np.shape(b)):
                     raise ValueError(f"load_train_state: {key}{jax.tree_util.keystr(path[0])} has shape "
                                      f"{tuple(np.shape(b))}, expected {tuple(np.shape(a))}")
-        self._params = jax.device_put(tree["params"], self._param_shardings)
-        self._opt_state = jax.device_put(tree["opt_state"], self._opt_shardings)
+        self._params = multihost.put_tree(tree["params"], self._param_shardings)
+        self._opt_state = multihost.put_tree(tree["opt_state"], self._opt_shardings)
         self._step = int(np.asarray(jax.device_get(tree["step"])))
         self._nnx_update_model()
 
@@ -152,8 +153,8 @@ class Learner:
         if b % micro:
             raise ValueError(f"Learner: batch rows {b} are not a multiple of rl.micro_batch_size {micro}")
         sharding = self._rows_sharding(micro, 3, 1)
-        ids = jax.device_put(input_ids.reshape(b // micro, micro, t), sharding)
-        mask = jax.device_put(attention_mask.reshape(b // micro, micro, t), sharding)
+        ids = multihost.put(input_ids.reshape(b // micro, micro, t), sharding)
+        mask = multihost.put(attention_mask.reshape(b // micro, micro, t), sharding)
         return self._logprobs_fn(graphdef, params, ids, mask).reshape(b, t)
 
     def compute_logprobs(self, batch: RolloutBatch) -> np.ndarray:
@@ -222,16 +223,16 @@ class Learner:
             rows = slice(index * mini_rows, (index + 1) * mini_rows)
 
             def tokens(x):  # [B, T] -> this mini-batch's [M, m, T] on the mesh
-                return jax.device_put(x[rows].reshape(num_micro, micro, t), row_sharding)
+                return multihost.put(x[rows].reshape(num_micro, micro, t), row_sharding)
 
             return MicroBatches(
                 input_ids=tokens(arrays["input_ids"]), attention_mask=tokens(arrays["attention_mask"]),
                 response_mask=tokens(arrays["response_mask"]), old_logprobs=tokens(arrays["old_logprobs"]),
-                advantages=jax.device_put(arrays["advantages"][rows].reshape(num_micro, micro), adv_sharding),
+                advantages=multihost.put(arrays["advantages"][rows].reshape(num_micro, micro), adv_sharding),
                 ref_logprobs=None if ref_logprobs is None else tokens(ref_logprobs))
 
         step_fn = self._step_fn(loss_cfg)
-        learning_rate = jax.device_put(learning_rate_at(self._step, self.config), self._replicated)
+        learning_rate = multihost.put(learning_rate_at(self._step, self.config), self._replicated)
         per_update = []
         for _ in range(rl.ppo_epochs):
             for index in range(num_minibatches):

@@ -19,7 +19,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from greso_jax.configs import get_config
@@ -27,6 +26,7 @@ from greso_jax.models.weights import param_shardings
 from greso_jax.parallel.sharding import batch_sharding
 from greso_jax.sampling.kv_cache import decode_step, empty_response_cache, prefill
 from greso_jax.sampling.token_sampling import SamplingMode, choose_tokens, mode_of, row_keys
+from greso_jax.parallel import multihost
 
 _DEFAULTS = get_config().sampling
 DEFAULT_PROMPT_BUCKETS: tuple[int, ...] = tuple(_DEFAULTS.prompt_length_buckets)
@@ -196,12 +196,6 @@ def _global_array(host: np.ndarray, sharding) -> jax.Array:
     return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
 
 
-def _to_host(x: jax.Array) -> np.ndarray:
-    if not x.is_fully_addressable:
-        x = multihost_utils.process_allgather(x, tiled=True)
-    return np.asarray(x)
-
-
 def _prepare(model, prompts, *, num_samples, max_new_tokens, rng, temperature, top_p, top_k, eos_ids, pad_id,
              prompt_buckets, row_buckets, mesh):
     """Validates, buckets and places everything; returns (program key, jitted program, args, plan)."""
@@ -229,10 +223,10 @@ def _prepare(model, prompts, *, num_samples, max_new_tokens, rng, temperature, t
     mode = mode_of(temperature, top_p, top_k)
     eos = np.asarray(tuple(eos_ids), np.int32).reshape(-1)
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-    params = jax.device_put(params, shardings)
+    params = multihost.put_tree(params, shardings)
     args = (params, _global_array(ids, batch(2)), _global_array(padded_lengths, batch(1)),
-            jax.device_put(rng, replicated), jax.device_put(np.float32(temperature), replicated),
-            jax.device_put(np.float32(top_p), replicated), jax.device_put(eos, replicated))
+            multihost.put(rng, replicated), multihost.put(np.float32(temperature), replicated),
+            multihost.put(np.float32(top_p), replicated), multihost.put(eos, replicated))
     param_sig = tuple((a.shape, a.dtype, a.sharding) for a in jax.tree.leaves(params))
     key = (graphdef, jax.tree.structure(params), param_sig, plan, mode, len(eos), pad_id, str(rng.dtype), mesh)
     fn = jax.jit(
@@ -272,7 +266,7 @@ def generate(model, prompts: list[list[int]], *, num_samples: int, max_new_token
     compiled = _COMPILED.get(key)
     if compiled is None:
         compiled = _COMPILED[key] = fn.lower(*args).compile()
-    tokens, logprobs, lengths, truncated = (_to_host(x) for x in compiled(*args))
+    tokens, logprobs, lengths, truncated = (multihost.to_host(x) for x in compiled(*args))
     real = len(prompts) * plan.group
     return SampleOutput(tokens=tokens[:real], logprobs=logprobs[:real], lengths=lengths[:real],
                         truncated=truncated[:real], kv_cache_bytes=kv_cache_bytes(model.cfg, plan),
