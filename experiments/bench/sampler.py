@@ -218,9 +218,10 @@ def main():
     print(f"prefill with prefix sharing ({args.prompts} rows): {ours['prefill_shared_s'] * 1e3:.1f} ms; "
           f"without ({args.prompts * args.group} rows): {ours['prefill_per_row_s'] * 1e3:.1f} ms "
           f"({ours['prefill_per_row_s'] / ours['prefill_shared_s']:.1f}x)")
-    print(f"KV cache: {ours['kv_cache_bytes'] / 2**20:.1f} MiB "
-          f"(a per-row cache of prompt+response would be "
-          f"{2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4 * args.prompts * args.group * (args.prompt_len + args.new_tokens) / 2**20:.1f} MiB)")
+    per_row_cache = (2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4 * args.prompts * args.group
+                     * (args.prompt_len + args.new_tokens))
+    print(f"KV cache: {ours['kv_cache_bytes'] / 2**20:.1f} MiB (a per-row cache of prompt + response would be "
+          f"{per_row_cache / 2**20:.1f} MiB)")
     print(f"matmul peak (2048^3 f32, same run): {peak / 1e9:.1f} GFLOP/s; decode: "
           f"{decode_flops / decode_s / 1e9:.1f} GFLOP/s = {decode_flops / decode_s / peak:.0%} of peak")
     for note in notes:

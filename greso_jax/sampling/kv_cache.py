@@ -33,7 +33,8 @@ class LayerCache(NamedTuple):
 
 def prefill(model, prompt_ids, prompt_lengths, constrain: Constraint = _identity):
     """prompt_ids int32 [N, Tp] (left-aligned, right-padded), prompt_lengths int32 [N] (>= 1) ->
-    (prompt cache: one LayerCache per layer (k [N, Hkv, hd, Tp], v [N, Hkv, Tp, hd]), next-token logits float32 [N, V])."""
+    (prompt cache: one LayerCache per layer (k [N, Hkv, hd, Tp], v [N, Hkv, Tp, hd]),
+     next-token logits float32 [N, V])."""
     n, tp = prompt_ids.shape
     positions = jnp.broadcast_to(jnp.arange(tp, dtype=jnp.int32), (n, tp))
     valid = positions < prompt_lengths[:, None]
