@@ -57,6 +57,9 @@ def paper_config(variant: str, *, preset: str, train_batch_size: int, rollout_ba
     c.rl.ppo_epochs = 1
     c.rl.mini_batch_size = 64
     c.rl.micro_batch_size = micro_batch_size  # ours: responses per forward/backward, all devices together
+    # ours: 512 rows x 4,096 tokens of KV cache is ~56 GiB in bf16 for the 1.5B shape (28 KiB per
+    # token), split over the data-parallel devices; a whole 384 x 8 pass at once would be ~336 GiB.
+    c.sampling.max_rows_per_call = 512
 
     c.train.num_steps = 1000  # ours: the paper reports curves over training; extend with the flag
     c.train.train_batch_size = train_batch_size

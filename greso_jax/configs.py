@@ -57,6 +57,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.sampling.temperature = 1.0
     c.sampling.top_p = 1.0
     c.sampling.top_k = 0
+    c.sampling.max_rows_per_call = 0  # >0: a pass is generated in chunks of at most this many rows (KV memory)
     c.sampling.prompt_length_buckets = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
     c.sampling.row_buckets = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 
@@ -188,6 +189,7 @@ FIELD_SPECS: dict[str, Spec] = {
     "sampling.temperature": Spec(FLOAT, 0),
     "sampling.top_p": Spec(FLOAT, 0, 1, low_open=True),
     "sampling.top_k": Spec(INT, 0),
+    "sampling.max_rows_per_call": Spec(INT, 0),
     "sampling.prompt_length_buckets": Spec((tuple, list), check=_positive_ints),
     "sampling.row_buckets": Spec((tuple, list), check=_positive_ints),
     "rl.group_size": Spec(INT, 2),

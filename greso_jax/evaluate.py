@@ -22,9 +22,7 @@ import ml_collections
 import numpy as np
 
 from greso_jax import configs
-
-# The trainer samples its evaluations with seed config.seed + this offset (greso_jax/trainer.py).
-TRAINER_EVAL_SEED_OFFSET = 1_000_003
+from greso_jax.evaluation import EVAL_SEED_OFFSET as TRAINER_EVAL_SEED_OFFSET
 PAPER_BENCHMARKS = ("math500", "aime24", "amc23", "minerva_math", "olympiadbench", "gaokao2023en")
 
 

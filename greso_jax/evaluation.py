@@ -11,6 +11,10 @@ import numpy as np
 from greso_jax.data.prompts import format_prompt
 from greso_jax.sampling import generate
 
+# In-training evaluation samples with seed + EVAL_SEED_OFFSET, a stream no rollout key uses,
+# so `greso_jax.evaluate` on a saved step reproduces the trainer's numbers exactly.
+EVAL_SEED_OFFSET = 1_000_003
+
 
 def pass_at_k(num_samples: int, num_correct: int, k: int) -> float:
     """Unbiased pass@k estimator 1 - C(n-c, k) / C(n, k) (Chen et al., 2021)."""

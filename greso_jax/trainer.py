@@ -92,11 +92,7 @@ class Trainer:
         prompts = [list(map(int, e["prompt_tokens"])) for e in payloads]
         start = time.perf_counter()
         rng = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(c.seed), self._step), call)
-        out = generate(self.learner.model, prompts, num_samples=num_samples,
-                       max_new_tokens=c.sampling.max_new_tokens, rng=rng, temperature=c.sampling.temperature,
-                       top_p=c.sampling.top_p, top_k=c.sampling.top_k, eos_ids=self.tokenizer.eos_ids,
-                       pad_id=self.tokenizer.pad_id, prompt_buckets=tuple(c.sampling.prompt_length_buckets),
-                       row_buckets=tuple(c.sampling.row_buckets), mesh=self.mesh)
+        out = self._generate_in_chunks(prompts, num_samples, rng)
         self._tick("time/rollout", start)
         start = time.perf_counter()
         rows = len(prompts) * num_samples
@@ -110,6 +106,27 @@ class Trainer:
         return RolloutResult(correct=correct.reshape(len(prompts), num_samples),
                              rewards=rewards.reshape(len(prompts), num_samples),
                              handle=handle, num_tokens=int(np.sum(out.lengths)))
+
+    def _generate_in_chunks(self, prompts: list[list[int]], num_samples: int, rng) -> Rollout:
+        """Generates num_samples responses per prompt, at most sampling.max_rows_per_call rows
+        per sampler call so that the KV cache of a large pass fits in device memory."""
+        c = self.config
+        per_call = len(prompts)
+        if c.sampling.max_rows_per_call:
+            per_call = max(1, c.sampling.max_rows_per_call // num_samples)
+        parts = []
+        for i, start in enumerate(range(0, len(prompts), per_call)):
+            parts.append(generate(
+                self.learner.model, prompts[start:start + per_call], num_samples=num_samples,
+                max_new_tokens=c.sampling.max_new_tokens, rng=jax.random.fold_in(rng, i),
+                temperature=c.sampling.temperature, top_p=c.sampling.top_p, top_k=c.sampling.top_k,
+                eos_ids=self.tokenizer.eos_ids, pad_id=self.tokenizer.pad_id,
+                prompt_buckets=tuple(c.sampling.prompt_length_buckets), row_buckets=tuple(c.sampling.row_buckets),
+                mesh=self.mesh))
+        return Rollout(num_samples=num_samples, prompt_tokens=[], tokens=np.concatenate([p.tokens for p in parts]),
+                       logprobs=np.concatenate([p.logprobs for p in parts]),
+                       lengths=np.concatenate([p.lengths for p in parts]),
+                       truncated=np.concatenate([p.truncated for p in parts]))
 
     def _score_across_hosts(self, texts, golds, sources) -> tuple[np.ndarray, np.ndarray]:
         """Grades every response once: host h grades rows h, h+P, ...; the results are gathered
@@ -194,7 +211,7 @@ class Trainer:
             correct = evaluation.sample_and_grade(
                 self.learner.model, self.tokenizer, rows, template=c.data.prompt_template,
                 num_samples=c.eval.num_samples, temperature=c.eval.temperature, top_p=c.eval.top_p,
-                max_new_tokens=c.eval.max_new_tokens or c.sampling.max_new_tokens, seed=c.seed + 1_000_003,
+                max_new_tokens=c.eval.max_new_tokens or c.sampling.max_new_tokens, seed=c.seed + evaluation.EVAL_SEED_OFFSET,
                 pool=self.pool, max_prompt_length=c.data.max_prompt_length,
                 prompt_buckets=tuple(c.sampling.prompt_length_buckets), row_buckets=tuple(c.sampling.row_buckets),
                 mesh=self.mesh)

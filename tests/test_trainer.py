@@ -37,7 +37,9 @@ def test_each_strategy_runs_three_steps(tmp_path, strategy, warm_policy):
     for r in records[1:]:
         assert r["selection/passes"] >= 1 and r["time/step"] > 0 and r["rollout/num_responses"] > 0
         assert r["train/groups"] <= 4
-        assert r["train/groups"] > 0 and np.isfinite(r["actor/loss"])
+        if r["train/groups"]:  # a DS/GRESO step may find no group with variance within max_passes
+            assert np.isfinite(r["actor/loss"])
+    assert sum(r["train/groups"] for r in records[1:]) > 0
     assert "eval/accuracy" in records[0] and "eval/accuracy" in records[-1]
     assert summary["strategy"] == strategy and summary["rollouts_generated"] == records[-1]["rollout/num_responses"]
     assert os.path.exists(tmp_path / "plots" / "accuracy.png")
