@@ -21,7 +21,7 @@ from greso_jax import evaluation
 from greso_jax.checkpoint import Checkpointer
 from greso_jax.configs import validate
 from greso_jax.data.pipeline import PromptPipeline
-from greso_jax.metrics import MetricsWriter, Progress, format_table, plot_run
+from greso_jax.metrics import MetricsWriter, Progress, format_table, plot_run, read_metrics
 from greso_jax.components import build_policy, build_tokenizer, load_rows
 from greso_jax.rewards.pool import GradingPool
 from greso_jax.rl.advantages import compute_advantages
@@ -283,13 +283,28 @@ class Trainer:
         c = self.config
         start_step = self._restore()
         writer = MetricsWriter(self.workdir, enabled=self.is_main, resume_step=start_step if start_step else None)
-        first_eval = None
-        if start_step == 0:
-            first_eval = self.evaluate(0)
-            writer.write(0, first_eval | self.counters)
-            self.log(f"step 0: held-out accuracy {first_eval['eval/accuracy']:.3f}")
         progress = Progress(c.train.num_steps, start_step, quiet=c.train.quiet, enabled=self.is_main)
-        last = {}
+        try:
+            if start_step == 0:
+                first_eval = self.evaluate(0)
+                writer.write(0, first_eval | self.counters)
+                self.log(f"step 0: held-out accuracy {first_eval['eval/accuracy']:.3f}")
+            self._loop(start_step, writer, progress)
+        finally:  # also on errors: finish pending checkpoint writes, stop the grading workers
+            progress.close()
+            self.checkpointer.close()
+            writer.close()
+            self.pool.close()
+        summary = self._summary()
+        if self.is_main:
+            plot_run(self.workdir)
+            with open(os.path.join(self.workdir, "summary.json"), "w") as f:
+                json.dump(summary, f, indent=2)
+            self.log(format_table([summary], list(summary)))
+        return summary
+
+    def _loop(self, start_step: int, writer: MetricsWriter, progress: Progress) -> None:
+        c = self.config
         for step in range(start_step + 1, c.train.num_steps + 1):
             metrics = self.train_step(step)
             if self.counters["train/bad_steps"] >= c.train.max_bad_steps:
@@ -304,22 +319,9 @@ class Trainer:
             progress.update(step, metrics)
             if self.checkpointer.should_save(step, final) and not metrics.get("actor/nonfinite_skipped", 0):
                 self._save(step)
-            last = metrics
-        progress.close()
-        self.checkpointer.close()
-        writer.close()
-        self.pool.close()
-        summary = self._summary(first_eval, last)
-        if self.is_main:
-            plot_run(self.workdir)
-            with open(os.path.join(self.workdir, "summary.json"), "w") as f:
-                json.dump(summary, f, indent=2)
-            self.log(format_table([summary], list(summary)))
-        return summary
 
-    def _summary(self, first_eval, last) -> dict[str, Any]:
-        records = [json.loads(line) for line in open(os.path.join(self.workdir, "metrics.jsonl"))] if self.is_main else []
-        evals = [r for r in records if "eval/accuracy" in r]
+    def _summary(self) -> dict[str, Any]:
+        evals = [r for r in read_metrics(self.workdir) if "eval/accuracy" in r]
         before = evals[0]["eval/accuracy"] if evals else float("nan")
         after = evals[-1]["eval/accuracy"] if evals else float("nan")
         return {"strategy": self.config.selection.strategy, "steps": self.config.train.num_steps,

@@ -50,7 +50,7 @@ def _worker_main(conn, timeout_s: float, shaping: str, memory_limit_mb: int, gra
     while True:
         try:
             batch = conn.recv()
-        except EOFError:  # the parent is gone
+        except (EOFError, ConnectionResetError):  # the parent is gone
             return
         if batch is None:
             return
