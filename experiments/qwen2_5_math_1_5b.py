@@ -7,16 +7,10 @@ rollout batch 384, prompt/response 1536/2560 tokens). Variants: greso (default) 
     --workdir runs/qwen2_5_math_1_5b_greso
 """
 
-import importlib.util
-import os
-
-_spec = importlib.util.spec_from_file_location(
-    "paper_common", os.path.join(os.path.dirname(os.path.abspath(__file__)), "paper_common.py"))
-paper_common = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(paper_common)  # experiments/ is not a package: configs are loaded by path
+from greso_jax.paper_setups import paper_config
 
 
 def get_config(variant: str = "greso"):
-    return paper_common.paper_config(
+    return paper_config(
         variant, preset="qwen2.5-math-1.5b", train_batch_size=256, rollout_batch_size=384,
         max_prompt_length=1536, max_response_length=2560, micro_batch_size=32)

@@ -7,16 +7,10 @@ rollout batch 192, prompt/response 2048/6144 tokens). Variants: greso (default) 
     --workdir runs/r1_distill_qwen_1_5b_greso
 """
 
-import importlib.util
-import os
-
-_spec = importlib.util.spec_from_file_location(
-    "paper_common", os.path.join(os.path.dirname(os.path.abspath(__file__)), "paper_common.py"))
-paper_common = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(paper_common)  # experiments/ is not a package: configs are loaded by path
+from greso_jax.paper_setups import paper_config
 
 
 def get_config(variant: str = "greso"):
-    return paper_common.paper_config(
+    return paper_config(
         variant, preset="deepseek-r1-distill-qwen-1.5b", train_batch_size=128, rollout_batch_size=192,
         max_prompt_length=2048, max_response_length=6144, micro_batch_size=16)

@@ -23,7 +23,7 @@ import numpy as np
 
 from greso_jax import configs
 from greso_jax.evaluation import EVAL_SEED_OFFSET as TRAINER_EVAL_SEED_OFFSET
-PAPER_BENCHMARKS = ("math500", "aime24", "amc23", "minerva_math", "olympiadbench", "gaokao2023en")
+from greso_jax.paper_setups import PAPER_BENCHMARKS
 
 
 class EvaluateError(ValueError):
