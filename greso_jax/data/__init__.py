@@ -1,1 +1,1 @@
-"""data"""
+"""Prompt data: sources (verl parquet, benchmark jsonl, synthetic arithmetic), templates, the Grain pipeline."""

@@ -1,1 +1,1 @@
-"""rewards"""
+"""Verifiable rewards: math answer grading (math-verify, bounded and timed), arithmetic exact match, a grading worker pool."""
