@@ -5,7 +5,7 @@ GRPO with selective rollout trains it on a finite pool of easy / medium / hard p
 
 Variants (comma-separated, e.g. `experiments/arith_tiny.py:ds,quick`):
   greso (default) | vanilla | ds | aero   the selection strategy
-  quick                                   a ~2-minute budget (fewer steps, smaller eval)
+  quick                                   a ~2-minute smoke run (short warm start, 25 steps)
 """
 
 from greso_jax import configs
@@ -25,29 +25,34 @@ def get_config(variant: str = "greso"):
     c.model.tokenizer = "char"
     c.data.source = "arith"
     c.data.prompt_template = "plain"
-    c.data.max_prompt_length = 24
-    c.data.arith_num_train = 3000
+    # The longest prompt ("(ab+cd)*e=") is 10 characters and the longest response 9 + EOS:
+    # tight lengths make every update and decode step cheap on a CPU.
+    c.data.max_prompt_length = 10
+    c.data.arith_num_train = 3000  # small enough that GRESO revisits prompts within the run
     c.data.arith_num_heldout = 600
-    c.sampling.max_new_tokens = 16
+    c.sampling.max_new_tokens = 10
     c.sampling.temperature = 1.0
-    c.sampling.prompt_length_buckets = (24,)
+    c.sampling.prompt_length_buckets = (10,)
 
     c.rl.group_size = 8
     c.rl.loss_aggregation = "token-mean"
     c.rl.clip_low = 0.2
     c.rl.clip_high = 0.28
-    c.rl.mini_batch_size = 32
+    c.rl.mini_batch_size = 32  # two optimiser updates per step
     c.rl.micro_batch_size = 256
 
-    c.train.num_steps = 150
-    c.train.train_batch_size = 32
-    c.train.learning_rate = 3e-4
-    c.train.warmstart_steps = 500
+    c.train.num_steps = 200
+    c.train.train_batch_size = 64
+    c.train.learning_rate = 4e-4
+    # The warm start stops at partial competence (~30% sampled held-out accuracy, pass@4 ~54%):
+    # RL gains where pass@k is well above pass@1. After 600 steps the policy was at ~5% and RL
+    # lowered held-out accuracy (it reinforced lucky answers on training prompts).
+    c.train.warmstart_steps = 1100
     c.train.warmstart_learning_rate = 2e-3
     c.train.warmstart_batch_size = 64
 
     c.selection.strategy = "greso"
-    c.selection.rollout_batch_size = 48
+    c.selection.rollout_batch_size = 96
     c.selection.min_pass_size = 8
     c.selection.max_passes = 6
 
@@ -60,7 +65,11 @@ def get_config(variant: str = "greso"):
         if option in STRATEGY_VARIANTS:
             c.selection.strategy = STRATEGY_VARIANTS[option]
     if "quick" in options:
-        c.train.num_steps = 40
-        c.eval.every_steps = 20
-        c.data.arith_num_heldout = 600
+        # A smoke run of the whole path in ~2 minutes: the short warm start leaves the policy
+        # weak (mostly all-wrong groups), so it shows the mechanics, not the learning.
+        c.train.warmstart_steps = 300
+        c.train.num_steps = 25
+        c.train.train_batch_size = 32
+        c.selection.rollout_batch_size = 48
+        c.eval.every_steps = 0
     return c
