@@ -5,7 +5,7 @@ GRPO with selective rollout trains it on a finite pool of easy / medium / hard p
 
 Variants (comma-separated, e.g. `experiments/arith_tiny.py:ds,quick`):
   greso (default) | vanilla | ds | aero   the selection strategy
-  quick                                   a ~2-minute smoke run (short warm start, 25 steps)
+  quick                                   a ~2-minute smoke run (short warm start, 20 steps)
 """
 
 from greso_jax import configs
@@ -67,8 +67,8 @@ def get_config(variant: str = "greso"):
     if "quick" in options:
         # A smoke run of the whole path in ~2 minutes: the short warm start leaves the policy
         # weak (mostly all-wrong groups), so it shows the mechanics, not the learning.
-        c.train.warmstart_steps = 300
-        c.train.num_steps = 25
+        c.train.warmstart_steps = 250
+        c.train.num_steps = 20
         c.train.train_batch_size = 32
         c.selection.rollout_batch_size = 48
         c.eval.every_steps = 0
