@@ -21,12 +21,9 @@ import time
 
 import numpy as np
 
+from greso_jax.metrics import read_metrics
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def read_metrics(workdir: str) -> list[dict]:
-    with open(os.path.join(workdir, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def summarize_run(records: list[dict], wall_s: float) -> dict:
