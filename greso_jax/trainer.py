@@ -101,11 +101,9 @@ class Trainer:
         sources = [e["data_source"] for e in payloads for _ in range(num_samples)]
         rewards, correct = self._score_across_hosts(texts, golds, sources)
         self._tick("time/reward", start)
-        handle = Rollout(num_samples=num_samples, prompt_tokens=[p for p in prompts for _ in range(num_samples)],
-                         tokens=out.tokens, logprobs=out.logprobs, lengths=out.lengths, truncated=out.truncated)
         return RolloutResult(correct=correct.reshape(len(prompts), num_samples),
                              rewards=rewards.reshape(len(prompts), num_samples),
-                             handle=handle, num_tokens=int(np.sum(out.lengths)))
+                             handle=out, num_tokens=int(np.sum(out.lengths)))
 
     def _generate_in_chunks(self, prompts: list[list[int]], num_samples: int, rng) -> Rollout:
         """Generates num_samples responses per prompt, at most sampling.max_rows_per_call rows
@@ -123,7 +121,8 @@ class Trainer:
                 eos_ids=self.tokenizer.eos_ids, pad_id=self.tokenizer.pad_id,
                 prompt_buckets=tuple(c.sampling.prompt_length_buckets), row_buckets=tuple(c.sampling.row_buckets),
                 mesh=self.mesh))
-        return Rollout(num_samples=num_samples, prompt_tokens=[], tokens=np.concatenate([p.tokens for p in parts]),
+        return Rollout(num_samples=num_samples, prompt_tokens=[p for p in prompts for _ in range(num_samples)],
+                       tokens=np.concatenate([p.tokens for p in parts]),
                        logprobs=np.concatenate([p.logprobs for p in parts]),
                        lengths=np.concatenate([p.lengths for p in parts]),
                        truncated=np.concatenate([p.truncated for p in parts]))

@@ -30,8 +30,10 @@ def _deterministic(record):
 
 @pytest.mark.parametrize("strategy", ["vanilla", "dynamic_sampling", "greso", "aero"])
 def test_each_strategy_runs_three_steps(tmp_path, strategy, warm_policy):
-    summary = Trainer(trainer_config.get_config(f"{strategy},{warm_policy}"), str(tmp_path),
-                      log=lambda *a: None).run()
+    config = trainer_config.get_config(f"{strategy},{warm_policy}")
+    if strategy == "dynamic_sampling":
+        config.sampling.max_rows_per_call = 8  # passes are generated two prompts per sampler call
+    summary = Trainer(config, str(tmp_path), log=lambda *a: None).run()
     records = read_metrics(str(tmp_path))
     assert [r["step"] for r in records] == [0, 1, 2, 3]
     for r in records[1:]:
