@@ -192,10 +192,6 @@ def kv_cache_bytes(cfg, plan: _Plan) -> int:
     return per_token * (plan.prompt_rows * plan.prompt_length + plan.rows * plan.response_slots)
 
 
-def _global_array(host: np.ndarray, sharding) -> jax.Array:
-    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
-
-
 def _prepare(model, prompts, *, num_samples, max_new_tokens, rng, temperature, top_p, top_k, eos_ids, pad_id,
              prompt_buckets, row_buckets, mesh):
     """Validates, buckets and places everything; returns (program key, jitted program, args, plan)."""
@@ -224,7 +220,7 @@ def _prepare(model, prompts, *, num_samples, max_new_tokens, rng, temperature, t
     eos = np.asarray(tuple(eos_ids), np.int32).reshape(-1)
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     params = multihost.put_tree(params, shardings)
-    args = (params, _global_array(ids, batch(2)), _global_array(padded_lengths, batch(1)),
+    args = (params, multihost.put(ids, batch(2)), multihost.put(padded_lengths, batch(1)),
             multihost.put(rng, replicated), multihost.put(np.float32(temperature), replicated),
             multihost.put(np.float32(top_p), replicated), multihost.put(eos, replicated))
     param_sig = tuple((a.shape, a.dtype, a.sharding) for a in jax.tree.leaves(params))
