@@ -3,7 +3,7 @@
   python experiments/ablate_delta_p.py --config experiments/arith_tiny.py:quick \
       --values 0.0025,0.005,0.01,0.02,0.05 --workdir_root runs/ablate [--config.x=y ...]
 
-Each run is `python -m greso_jax.train --config CONFIG --config.selection.delta_p=V
+Each run is `python -m greso_jax.train --config CONFIG --config.selection.greso.delta_p=V
 --workdir ROOT/dp_V` (extra --config.* flags are passed to every run), launched one after the
 other; a finished run (its summary.json exists) is not launched again, an interrupted one
 resumes from its checkpoint. `--print_only` prints the commands instead (to launch them on a
@@ -58,7 +58,7 @@ def absolute_config(config: str) -> str:
 
 
 def launch_command(config: str, value: float, workdir: str, overrides: Sequence[str] = ()) -> list[str]:
-    return [sys.executable, "-m", "greso_jax.train", "--config", config, f"--config.selection.delta_p={value!r}",
+    return [sys.executable, "-m", "greso_jax.train", "--config", config, f"--config.selection.greso.delta_p={value!r}",
             *overrides, "--workdir", workdir]
 
 

@@ -1,28 +1,33 @@
 """Base experiment config (ml_collections) and its validation.
 
 Experiment files in `experiments/` call `get_config()` and override fields. `validate`
-checks every field against `FIELD_SPECS` before anything is compiled, and names the
-field in its error.
+checks every field before anything is compiled, and names the field in its error. Fields of
+the pluggable families take their allowed names from the registries; `selection.*` holds the
+pass sizing every pass-based strategy shares and one section per registered strategy with
+settings (`selection.greso.*`, `selection.aero.*`, …), built from the strategy's own typed,
+documented settings dataclass.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
-from typing import Any, Callable, Sequence
 
 import ml_collections
 
-STRATEGIES = ("vanilla", "dynamic_sampling", "greso", "aero", "oracle")
-ADVANTAGE_MODES = ("grpo", "drgrpo", "batch_std")
-LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-KL_ESTIMATORS = ("k1", "k3")
+from greso_jax import selection
+from greso_jax.data.prompts import TEMPLATES as PROMPT_TEMPLATES
+from greso_jax.rewards.math import SHAPINGS as REWARD_SHAPINGS
+from greso_jax.rl.advantages import ADVANTAGE_MODES
+from greso_jax.rl.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS
+from greso_jax.selection.base import GROUP_SIZE_SPEC
+from greso_jax.specs import BOOL, FLOAT, INT, SEQ, STR, ConfigError, Spec, check_field
+
+__all__ = ["ConfigError", "FIELD_SPECS", "get_config", "selection_field_docs", "validate"]
+
 LR_SCHEDULES = ("constant", "warmup_cosine")
 DATA_SOURCES = ("arith", "parquet", "jsonl")
-PROMPT_TEMPLATES = ("plain", "chat", "greso", "qwen_math")
 DTYPES = ("float32", "bfloat16", "float16")
-REWARD_SHAPINGS = ("binary", "greso")
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -93,24 +98,11 @@ def get_config() -> ml_collections.ConfigDict:
     c.train.host_check_every_steps = 10  # multi-host: compare selector-state digests across hosts
 
     c.selection = ml_collections.ConfigDict()
-    c.selection.strategy = "greso"
-    c.selection.rollout_batch_size = 96  # prompts in the first pass of a step
-    c.selection.min_pass_size = 8
-    c.selection.max_passes = 8
-    c.selection.on_max_passes = "train"  # "train" on what was collected, or "error"
-    c.selection.p_easy = 0.5
-    c.selection.p_hard = 0.5
-    c.selection.delta_p = 0.01
-    c.selection.target_zero_variance = 0.25
-    c.selection.p_min = 0.05
-    c.selection.p_max = 0.95
-    c.selection.aero_n_explore = 4
-    c.selection.aero_n_extra = 4
-    c.selection.aero_max_group_size = 16
-    c.selection.aero_reject_k = 1.0
-    c.selection.aero_reject_below = 0.5  # selective rejection applies while success rate < this
-    c.selection.aero_prior_alpha = 1.0
-    c.selection.aero_prior_beta = 1.0
+    c.selection.strategy = "greso"  # a registered strategy (greso_jax.selection.STRATEGIES) or alias ("ds")
+    c.selection.update(dataclasses.asdict(selection.PassConfig()))  # the pass sizing shared by all strategies
+    for name in selection.STRATEGIES:
+        if selection.STRATEGIES.get(name).Settings is not None:
+            c.selection[name] = ml_collections.ConfigDict(selection.default_settings(name))
 
     c.mesh = ml_collections.ConfigDict()
     c.mesh.data = -1  # -1: all devices not used by the other axes
@@ -138,20 +130,6 @@ def get_config() -> ml_collections.ConfigDict:
 # Validation
 
 
-class ConfigError(ValueError):
-    """An invalid config field; the message starts with the field's dotted name."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Spec:
-    kind: type | tuple[type, ...]
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False  # True: value must be > low (not >=)
-    choices: Sequence[Any] | None = None
-    check: Callable[[Any], str | None] | None = None  # returns an error text or None
-
-
 def _positive_ints(value) -> str | None:
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
         return "must hold positive integers"
@@ -164,7 +142,6 @@ def _mesh_axis(value) -> str | None:
     return None if value == -1 or value >= 1 else "must be >= 1, or -1 to fill"
 
 
-INT, FLOAT, BOOL, STR = int, (int, float), bool, str
 FIELD_SPECS: dict[str, Spec] = {
     "seed": Spec(INT, 0),
     "model.preset": Spec(STR),
@@ -190,9 +167,9 @@ FIELD_SPECS: dict[str, Spec] = {
     "sampling.top_p": Spec(FLOAT, 0, 1, low_open=True),
     "sampling.top_k": Spec(INT, 0),
     "sampling.max_rows_per_call": Spec(INT, 0),
-    "sampling.prompt_length_buckets": Spec((tuple, list), check=_positive_ints),
-    "sampling.row_buckets": Spec((tuple, list), check=_positive_ints),
-    "rl.group_size": Spec(INT, 2),
+    "sampling.prompt_length_buckets": Spec(SEQ, check=_positive_ints),
+    "sampling.row_buckets": Spec(SEQ, check=_positive_ints),
+    "rl.group_size": GROUP_SIZE_SPEC,
     "rl.advantage": Spec(STR, choices=ADVANTAGE_MODES),
     "rl.loss_aggregation": Spec(STR, choices=LOSS_AGGREGATIONS),
     "rl.clip_low": Spec(FLOAT, 0, 1),
@@ -219,24 +196,6 @@ FIELD_SPECS: dict[str, Spec] = {
     "train.warmstart_batch_size": Spec(INT, 1),
     "train.quiet": Spec(BOOL),
     "train.host_check_every_steps": Spec(INT, 0),
-    "selection.strategy": Spec(STR, choices=STRATEGIES),
-    "selection.rollout_batch_size": Spec(INT, 1),
-    "selection.min_pass_size": Spec(INT, 1),
-    "selection.max_passes": Spec(INT, 1),
-    "selection.on_max_passes": Spec(STR, choices=("train", "error")),
-    "selection.p_easy": Spec(FLOAT, 0, 1),
-    "selection.p_hard": Spec(FLOAT, 0, 1),
-    "selection.delta_p": Spec(FLOAT, 0, 1),
-    "selection.target_zero_variance": Spec(FLOAT, 0, 1),
-    "selection.p_min": Spec(FLOAT, 0, 1),
-    "selection.p_max": Spec(FLOAT, 0, 1),
-    "selection.aero_n_explore": Spec(INT, 1),
-    "selection.aero_n_extra": Spec(INT, 1),
-    "selection.aero_max_group_size": Spec(INT, 2),
-    "selection.aero_reject_k": Spec(FLOAT, 0),
-    "selection.aero_reject_below": Spec(FLOAT, 0, 1, low_open=True),
-    "selection.aero_prior_alpha": Spec(FLOAT, 0, low_open=True),
-    "selection.aero_prior_beta": Spec(FLOAT, 0, low_open=True),
     "mesh.data": Spec(INT, check=_mesh_axis),
     "mesh.fsdp": Spec(INT, check=_mesh_axis),
     "mesh.tensor": Spec(INT, check=_mesh_axis),
@@ -248,7 +207,7 @@ FIELD_SPECS: dict[str, Spec] = {
     "eval.temperature": Spec(FLOAT, 0),
     "eval.top_p": Spec(FLOAT, 0, 1, low_open=True),
     "eval.max_new_tokens": Spec(INT, 0),
-    "eval.benchmarks": Spec((tuple, list)),
+    "eval.benchmarks": Spec(SEQ),
     "eval.max_problems": Spec(INT, 0),
     "eval.data_dir": Spec(STR),
 }
@@ -263,44 +222,13 @@ def _lookup(config: ml_collections.ConfigDict, dotted: str):
     return node
 
 
-def _check_field(name: str, value, spec: Spec) -> None:
-    kinds = spec.kind if isinstance(spec.kind, tuple) else (spec.kind,)
-    if isinstance(value, bool) and bool not in kinds:
-        raise ConfigError(f"{name}: expected {'/'.join(k.__name__ for k in kinds)}, got bool {value!r}")
-    if not isinstance(value, kinds):
-        raise ConfigError(
-            f"{name}: expected {'/'.join(k.__name__ for k in kinds)}, got {type(value).__name__} {value!r}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{name}: must be finite, got {value!r}")
-    if spec.choices is not None and value not in spec.choices:
-        raise ConfigError(f"{name}: {value!r} is not one of {', '.join(map(str, spec.choices))}")
-    if spec.low is not None and (value <= spec.low if spec.low_open else value < spec.low):
-        raise ConfigError(f"{name}: must be {'>' if spec.low_open else '>='} {spec.low}, got {value!r}")
-    if spec.high is not None and value > spec.high:
-        raise ConfigError(f"{name}: must be <= {spec.high}, got {value!r}")
-    if spec.check is not None and (problem := spec.check(value)):
-        raise ConfigError(f"{name}: {problem}, got {value!r}")
-
-
 def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     """Checks every field and the relations between them; raises ConfigError naming the field."""
     for name, spec in FIELD_SPECS.items():
-        _check_field(name, _lookup(config, name), spec)
+        check_field(name, _lookup(config, name), spec)
+    _validate_selection(config.selection)
 
-    sel, rl, train, data = config.selection, config.rl, config.train, config.data
-    if sel.p_min > sel.p_max:
-        raise ConfigError(f"selection.p_min: {sel.p_min} is above selection.p_max {sel.p_max}")
-    for name in ("p_easy", "p_hard"):
-        if not sel.p_min <= sel[name] <= sel.p_max:
-            raise ConfigError(f"selection.{name}: {sel[name]} is outside [p_min, p_max] = "
-                              f"[{sel.p_min}, {sel.p_max}]")
-    if sel.strategy == "aero":
-        if sel.aero_n_explore >= sel.aero_max_group_size:
-            raise ConfigError("selection.aero_n_explore: must be below selection.aero_max_group_size")
-        if sel.aero_n_explore < 2:
-            raise ConfigError("selection.aero_n_explore: must be >= 2 to estimate a success rate")
-    if sel.min_pass_size > sel.rollout_batch_size:
-        raise ConfigError("selection.min_pass_size: must not exceed selection.rollout_batch_size")
+    rl, train, data = config.rl, config.train, config.data
     if train.train_batch_size % rl.mini_batch_size:
         raise ConfigError(f"rl.mini_batch_size: {rl.mini_batch_size} must divide "
                           f"train.train_batch_size {train.train_batch_size}")
@@ -321,3 +249,42 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         if config.model.preset not in PRESETS:
             raise ConfigError(f"model.preset: {config.model.preset!r} is not one of {', '.join(PRESETS)}")
     return config
+
+
+def _validate_selection(sel: ml_collections.ConfigDict) -> None:
+    """The strategy name against the live registry, the shared pass sizing, and every strategy section."""
+    check_field("selection.strategy", sel.strategy, Spec(STR, choices=(*selection.STRATEGIES, *selection.ALIASES)))
+    strategy = selection.resolve_strategy(sel.strategy)
+    if selection.STRATEGIES.get(strategy).simulation_only:
+        raise ConfigError(f"selection.strategy: {sel.strategy!r} is simulation-only (it needs foresight of "
+                          "rollout outcomes); use it in experiments/bench/selection_sim.py, not for training")
+    pass_fields = {f.name: _lookup(sel, f.name) for f in dataclasses.fields(selection.PassConfig)}
+    _as_config_error(lambda: selection.PassConfig(**pass_fields).checked("selection"))
+    for name in selection.STRATEGIES:
+        if selection.STRATEGIES.get(name).Settings is None:
+            continue
+        if name not in sel:
+            if name == strategy:
+                raise ConfigError(f"selection.{name}: missing section (build the config with get_config() "
+                                  "after registering the strategy)")
+            continue
+        values = sel[name].to_dict()
+        _as_config_error(lambda: selection.settings_of(name, values))
+
+
+def _as_config_error(check) -> None:
+    """Runs a settings check; an unknown field (TypeError from the dataclass) becomes a ConfigError."""
+    try:
+        check()
+    except TypeError as e:
+        raise ConfigError(f"selection: {e}") from None
+
+
+def selection_field_docs() -> list[tuple[str, object, str]]:
+    """(dotted field, default, one-line doc) for `selection.*` and every strategy section, for docs and --help."""
+    rows = [(f"selection.{f.name}", f.default, f.metadata["doc"]) for f in dataclasses.fields(selection.PassConfig)]
+    for name in selection.STRATEGIES:
+        settings = selection.STRATEGIES.get(name).Settings
+        if settings is not None:
+            rows += [(f"selection.{name}.{f.name}", f.default, f.metadata["doc"]) for f in dataclasses.fields(settings)]
+    return rows

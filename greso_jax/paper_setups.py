@@ -13,17 +13,19 @@ The model folder, the training parquet and the benchmark folder come from flags:
 """
 
 from greso_jax import configs
+from greso_jax.selection import ALIASES, resolve_strategy, training_strategies
 
-VARIANTS = {"greso": "greso", "ds": "dynamic_sampling", "vanilla": "vanilla", "aero": "aero"}
 PAPER_BENCHMARKS = ("math500", "aime24", "amc23", "minerva_math", "olympiadbench", "gaokao2023en")
 
 
 def paper_config(variant: str, *, preset: str, train_batch_size: int, rollout_batch_size: int,
                  max_prompt_length: int, max_response_length: int, micro_batch_size: int):
-    """The paper's config for one model; `variant` picks the selection strategy (greso, ds, vanilla, aero)."""
+    """The paper's config for one model; `variant` names the selection strategy: any registered training
+    strategy (greso_jax.selection.training_strategies()) or an alias such as "ds"."""
     variant = (variant or "greso").strip()
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
+    known = (*training_strategies(), *ALIASES)
+    if variant not in known:
+        raise ValueError(f"unknown variant {variant!r}; known: {', '.join(known)}")
     c = configs.get_config()
     c.seed = 0
 
@@ -71,14 +73,14 @@ def paper_config(variant: str, *, preset: str, train_batch_size: int, rollout_ba
     c.train.warmstart_steps = 0
     c.train.quiet = True  # ours: one line per step suits cluster logs
 
-    c.selection.strategy = VARIANTS[variant]
+    c.selection.strategy = resolve_strategy(variant)
     c.selection.rollout_batch_size = rollout_batch_size
-    c.selection.p_easy = 0.5
-    c.selection.p_hard = 0.5
-    c.selection.delta_p = 0.01
-    c.selection.target_zero_variance = 0.25
-    c.selection.p_min = 0.05
-    c.selection.p_max = 0.95
+    c.selection.greso.p_easy = 0.5
+    c.selection.greso.p_hard = 0.5
+    c.selection.greso.delta_p = 0.01
+    c.selection.greso.target_zero_variance = 0.25
+    c.selection.greso.p_min = 0.05
+    c.selection.greso.p_max = 0.95
 
     c.mesh.data = 1
     c.mesh.fsdp = -1  # ours: FSDP over every device, as the paper's verl runs shard the model

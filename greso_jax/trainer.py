@@ -28,7 +28,7 @@ from greso_jax.rl.advantages import compute_advantages
 from greso_jax.rl.batch import make_rollout_batch
 from greso_jax.rl.learner import Learner
 from greso_jax.sampling import generate
-from greso_jax.selection import PulledPrompts, RolloutResult, make_selector, run_selection_step
+from greso_jax.selection import PassConfig, PulledPrompts, ScoredPass, make_selector, resolve_strategy, run_selection_step
 from greso_jax.parallel import multihost
 from greso_jax.parallel.sharding import mesh_from_config
 
@@ -58,9 +58,11 @@ class Trainer:
         self.train_rows, self.eval_sets = load_rows(c)
         self.model = build_policy(c, self.tokenizer, self.train_rows, self.workdir, self.mesh, log=self.log)
         self.learner = Learner(self.model, c, mesh=self.mesh)
-        self.selector = make_selector(c.selection, num_prompts=max(r.prompt_id for r in self.train_rows) + 1,
-                                      group_size=c.rl.group_size, train_batch_size=c.train.train_batch_size,
-                                      seed=c.seed)
+        strategy = resolve_strategy(c.selection.strategy)
+        self.selector = make_selector(
+            strategy, num_prompts=max(r.prompt_id for r in self.train_rows) + 1, group_size=c.rl.group_size,
+            seed=c.seed, passes=PassConfig(**{f: c.selection[f] for f in PassConfig.__dataclass_fields__}),
+            settings=c.selection.get(strategy))
         self.pipeline = PromptPipeline(
             self.train_rows, self.tokenizer, template=c.data.prompt_template,
             max_prompt_length=c.data.max_prompt_length, seed=c.seed, shuffle=c.data.shuffle,
@@ -85,7 +87,7 @@ class Trainer:
         ids = np.asarray([e["prompt_id"] for e in elements], np.int64)
         return PulledPrompts(prompt_ids=ids, payloads=elements, skipped_ids=np.asarray(skipped_ids, np.int64))
 
-    def _rollout(self, prompt_ids, payloads, num_samples: int) -> RolloutResult:
+    def _rollout(self, prompt_ids, payloads, num_samples: int) -> ScoredPass:
         c = self.config
         call = self._rollout_calls
         self._rollout_calls += 1
@@ -101,7 +103,7 @@ class Trainer:
         sources = [e["data_source"] for e in payloads for _ in range(num_samples)]
         rewards, correct = self._score_across_hosts(texts, golds, sources)
         self._tick("time/reward", start)
-        return RolloutResult(correct=correct.reshape(len(prompts), num_samples),
+        return ScoredPass(correct=correct.reshape(len(prompts), num_samples),
                              rewards=rewards.reshape(len(prompts), num_samples),
                              handle=out, num_tokens=int(np.sum(out.lengths)))
 

@@ -80,7 +80,7 @@ def test_print_only_lists_one_command_per_value(tmp_path):
     assert len(lines) == 2
     for value, line in zip(("0.0025", "0.05"), lines):
         assert "-m greso_jax.train --config " in line and "arith_tiny.py:quick" in line
-        assert f"--config.selection.delta_p={value}" in line and "--config.train.num_steps=7" in line
+        assert f"--config.selection.greso.delta_p={value}" in line and "--config.train.num_steps=7" in line
         assert line.endswith(os.path.join(str(tmp_path / "sweep"), f"dp_{value}"))
     assert not (tmp_path / "sweep").exists()
 

@@ -78,9 +78,9 @@ def test_posterior_accumulates_across_steps_and_survives_state_round_trip():
 
 
 def test_bad_knobs_are_named():
-    with pytest.raises(ValueError, match="aero_n_explore"):
+    with pytest.raises(ValueError, match="selection.aero.n_explore"):
         AeroSelector(3, n_explore=8, max_group_size=8)
-    with pytest.raises(ValueError, match="aero_reject_below"):
+    with pytest.raises(ValueError, match="selection.aero.reject_below"):
         AeroSelector(3, reject_below=0.0)
-    with pytest.raises(ValueError, match="aero_prior_alpha"):
+    with pytest.raises(ValueError, match="selection.aero.prior_alpha"):
         AeroSelector(3, prior_alpha=0.0)

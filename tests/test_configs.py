@@ -5,13 +5,19 @@ import pytest
 from greso_jax.configs import ConfigError, get_config, validate
 
 
+def _node(config, dotted):
+    for part in filter(None, dotted.split(".")):
+        config = config[part]
+    return config
+
+
 def test_base_config_validates():
     validate(get_config())
 
 
 BAD_CASES = [
-    ("selection.delta_p", -1.0),
-    ("selection.delta_p", "0.01"),
+    ("selection.greso.delta_p", -1.0),
+    ("selection.greso.delta_p", "0.01"),
     ("selection.strategy", "greedy"),
     ("rl.group_size", 1),
     ("rl.group_size", 8.5),
@@ -21,7 +27,7 @@ BAD_CASES = [
     ("train.num_steps", -3),
     ("train.learning_rate", 0.0),
     ("train.learning_rate", float("nan")),
-    ("selection.target_zero_variance", 1.5),
+    ("selection.greso.target_zero_variance", 1.5),
     ("sampling.top_p", 0.0),
     ("sampling.temperature", -0.1),
     ("sampling.prompt_length_buckets", (64, 32)),
@@ -38,7 +44,7 @@ BAD_CASES = [
 def test_bad_value_names_its_field(field, value):
     config = get_config()
     section, _, name = field.rpartition(".")
-    target = config[section] if section else config
+    target = _node(config, section)
     with target.ignore_type():
         target[name] = value
     with pytest.raises(ConfigError, match=rf"^{field.replace('.', r'[.]')}:"):
@@ -47,19 +53,19 @@ def test_bad_value_names_its_field(field, value):
 
 def test_cross_field_checks_name_the_field(tmp_path):
     cases = [
-        ({"selection.p_min": 0.9, "selection.p_max": 0.5}, "selection.p_min"),
-        ({"selection.p_easy": 0.99}, "selection.p_easy"),
+        ({"selection.greso.p_min": 0.9, "selection.greso.p_max": 0.5}, "selection.greso.p_min"),
+        ({"selection.greso.p_easy": 0.99}, "selection.greso.p_easy"),
         ({"rl.mini_batch_size": 48}, "rl.mini_batch_size"),
         ({"rl.micro_batch_size": 7}, "rl.micro_batch_size"),
         ({"data.source": "jsonl", "data.path": ""}, "data.path"),
         ({"data.source": "parquet", "data.path": str(tmp_path / "missing.parquet")}, "data.path"),
         ({"model.path": str(tmp_path / "no-model")}, "model.path"),
-        ({"selection.strategy": "aero", "selection.aero_n_explore": 16}, "selection.aero_n_explore"),
+        ({"selection.strategy": "aero", "selection.aero.n_explore": 16}, "selection.aero.n_explore"),
     ]
     for overrides, field in cases:
         config = get_config()
         for dotted, value in overrides.items():
-            section, name = dotted.split(".")
-            config[section][name] = value
+            section, _, name = dotted.rpartition(".")
+            _node(config, section)[name] = value
         with pytest.raises(ConfigError, match=rf"^{field.replace('.', r'[.]')}:"):
             validate(config)

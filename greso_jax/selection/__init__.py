@@ -1,19 +1,25 @@
-"""Selective rollout: vanilla, Dynamic Sampling, GRESO, AERO and the oracle behind one interface (plain NumPy)."""
+"""Selective rollout strategies behind one interface (plain NumPy): vanilla, Dynamic Sampling, GRESO, AERO, oracle.
 
-from greso_jax.selection.aero import AeroSelector
-from greso_jax.selection.base import PassConfig, Selector
-from greso_jax.selection.driver import (MaxPassesReached, PulledPrompts, RolloutResult, SelectedGroup, StepResult,
-                                        run_selection_step)
-from greso_jax.selection.dynamic_sampling import DynamicSamplingSelector, VanillaSelector
-from greso_jax.selection.factory import make_selector
-from greso_jax.selection.greso import GresoSelector
-from greso_jax.selection.oracle import (OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_MIXED,
-                                        OracleSelector)
+Importing this package registers every built-in strategy in `STRATEGIES`, in this order.
+"""
+
+from greso_jax.selection import vanilla, dynamic_sampling, greso, aero, oracle  # noqa: F401  (registers)
+from greso_jax.selection.aero import AeroSelector, AeroSettings
+from greso_jax.selection.base import MaxPassesReached, PassConfig, Selector, StrategySettings
+from greso_jax.selection.driver import StepResult, run_selection_step
+from greso_jax.selection.dynamic_sampling import DynamicSamplingSelector
+from greso_jax.selection.greso import GresoSelector, GresoSettings
+from greso_jax.selection.groups import Group, PassRequest, PulledPrompts, ScoredPass
+from greso_jax.selection.oracle import OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_MIXED, OracleSelector
 from greso_jax.selection.pass_sizing import next_pass_size
+from greso_jax.selection.registry import (ALIASES, STRATEGIES, default_settings, make_selector, register_strategy,
+                                          resolve_strategy, settings_of, training_strategies)
+from greso_jax.selection.vanilla import VanillaSelector
 
 __all__ = [
-    "AeroSelector", "DynamicSamplingSelector", "GresoSelector", "MaxPassesReached", "OUTCOME_ALL_CORRECT",
-    "OUTCOME_ALL_INCORRECT", "OUTCOME_MIXED", "OracleSelector", "PassConfig", "PulledPrompts", "RolloutResult",
-    "SelectedGroup", "Selector", "StepResult", "VanillaSelector", "make_selector", "next_pass_size",
-    "run_selection_step",
+    "ALIASES", "AeroSelector", "AeroSettings", "DynamicSamplingSelector", "Group", "GresoSelector", "GresoSettings",
+    "MaxPassesReached", "OUTCOME_ALL_CORRECT", "OUTCOME_ALL_INCORRECT", "OUTCOME_MIXED", "OracleSelector",
+    "PassConfig", "PassRequest", "PulledPrompts", "STRATEGIES", "ScoredPass", "Selector", "StepResult",
+    "StrategySettings", "VanillaSelector", "default_settings", "make_selector", "next_pass_size",
+    "register_strategy", "resolve_strategy", "run_selection_step", "settings_of", "training_strategies",
 ]

@@ -16,17 +16,22 @@ so a reader can align it with the paper):
   baseline ũ = α / (α + β) and scale √(ũ(1 − ũ)), so its advantage (r − ũ) / scale is not
   identically zero. This assumes binary {0, 1} rewards, where ũ is in reward units.
 Groups with u >= reject_below are kept as generated. rl.group_size is not used by AERO.
+Settings: `AeroSettings` (`selection.aero.*`); design notes: docs/design.md, "AERO".
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 from greso_jax.selection import counter_rng
-from greso_jax.selection.base import Selector
+from greso_jax.selection.base import PassConfig, Selector, StrategySettings
+from greso_jax.selection.groups import Group, PassRequest
+from greso_jax.selection.registry import register_strategy
+from greso_jax.specs import FLOAT, INT, ConfigError, Spec, field
 
 _REJECT_STREAM = 2  # counter_rng stream id of the rejection draws
 
@@ -59,35 +64,68 @@ def posterior_baseline(successes: float, failures: float, prior_alpha: float,
     return mean, math.sqrt(mean * (1.0 - mean))
 
 
-class AeroSelector(Selector):
-    """Keeps every prompt; the driver runs Stage I and rescue rounds, then `curate` builds each group's loss terms."""
+@dataclasses.dataclass(frozen=True)
+class AeroSettings(StrategySettings):
+    """`selection.aero.*`: AERO's stages, rejection and posterior (our reading of the paper, module docstring)."""
 
-    strategy = "aero"
-    filters_zero_variance = False
-    staged_groups = True
+    n_explore: int = field(4, Spec(INT, 2), "Stage I rollouts per prompt (>= 2 to estimate a success rate)")
+    n_extra: int = field(4, Spec(INT, 1), "rollouts added per rescue round to prompts with no correct response")
+    max_group_size: int = field(16, Spec(INT, 2), "per-prompt response budget, Stage I and rescue together")
+    reject_k: float = field(1.0, Spec(FLOAT, 0), "selective rejection keeps ceil(reject_k * #correct) "
+                            "incorrect responses")
+    reject_below: float = field(0.5, Spec(FLOAT, 0, 1, low_open=True), "selective rejection applies while the "
+                                "success rate is below this")
+    prior_alpha: float = field(1.0, Spec(FLOAT, 0, low_open=True), "Beta prior alpha of the per-prompt posterior")
+    prior_beta: float = field(1.0, Spec(FLOAT, 0, low_open=True), "Beta prior beta of the per-prompt posterior")
+
+    def check_relations(self, prefix: str) -> None:
+        if self.n_explore >= self.max_group_size:
+            raise ConfigError(f"{prefix}.n_explore: {self.n_explore} must be below {prefix}.max_group_size "
+                              f"{self.max_group_size}")
+
+
+@register_strategy("aero")
+class AeroSelector(Selector):
+    """Keeps every prompt; Stage I and rescue rounds are its passes, `curate` builds each group's loss terms."""
+
+    Settings = AeroSettings
 
     def __init__(self, num_prompts: int, *, n_explore: int = 4, n_extra: int = 4, max_group_size: int = 16,
                  reject_k: float = 1.0, reject_below: float = 0.5, prior_alpha: float = 1.0,
-                 prior_beta: float = 1.0, seed: int = 0):
-        super().__init__(num_prompts, group_size=n_explore, seed=seed)
-        if not 1 <= n_explore < max_group_size:
-            raise ValueError(f"selection.aero_n_explore: need 1 <= n_explore < aero_max_group_size "
-                             f"({max_group_size}), got {n_explore}")
-        if n_extra < 1:
-            raise ValueError(f"selection.aero_n_extra: must be >= 1, got {n_extra}")
-        if reject_k < 0:
-            raise ValueError(f"selection.aero_reject_k: must be >= 0, got {reject_k}")
-        if not 0.0 < reject_below <= 1.0:
-            raise ValueError(f"selection.aero_reject_below: must be in (0, 1], got {reject_below}")
-        if prior_alpha <= 0 or prior_beta <= 0:
-            raise ValueError(f"selection.aero_prior_alpha / aero_prior_beta: must be > 0, got "
-                             f"{prior_alpha}, {prior_beta}")
-        self.n_explore, self.n_extra, self.max_group_size = int(n_explore), int(n_extra), int(max_group_size)
-        self.reject_k, self.reject_below = float(reject_k), float(reject_below)
-        self.prior_alpha, self.prior_beta = float(prior_alpha), float(prior_beta)
+                 prior_beta: float = 1.0, seed: int = 0, group_size: int = 8,
+                 pass_config: PassConfig | None = None):
+        super().__init__(num_prompts, group_size=group_size, pass_config=pass_config, seed=seed)
+        settings = AeroSettings(n_explore=n_explore, n_extra=n_extra, max_group_size=max_group_size,
+                                reject_k=reject_k, reject_below=reject_below, prior_alpha=prior_alpha,
+                                prior_beta=prior_beta).checked("selection.aero")
+        self.n_explore, self.n_extra = int(settings.n_explore), int(settings.n_extra)
+        self.max_group_size = int(settings.max_group_size)
+        self.reject_k, self.reject_below = float(settings.reject_k), float(settings.reject_below)
+        self.prior_alpha, self.prior_beta = float(settings.prior_alpha), float(settings.prior_beta)
         self.successes = np.zeros(self.num_prompts, dtype=np.int32)  # correct responses over the prompt's history
         self.failures = np.zeros(self.num_prompts, dtype=np.int32)
         self.step_posterior_groups = 0
+
+    def first_pass(self, train_batch_size: int) -> PassRequest:
+        """Stage I: train_batch_size prompts, n_explore responses each."""
+        return PassRequest(num_samples=self.n_explore, pull=train_batch_size)
+
+    def after_pass(self, groups: list[Group], new: Sequence[int], *, passes: int,
+                   train_batch_size: int) -> PassRequest | None:
+        """The next rescue round over the groups with no correct response yet, while the budget lasts."""
+        widths = self.rescue_widths()
+        unsolved = tuple(i for i, g in enumerate(groups) if not g.correct.any())
+        if passes > len(widths) or not unsolved:
+            return None
+        return PassRequest(num_samples=widths[passes - 1], extend=unsolved)
+
+    def finish_step(self, groups: list[Group], train_batch_size: int) -> list[Group]:
+        """Observes the final groups (rescue included), then curates each one's loss mask and baseline."""
+        self.observe_groups(groups)
+        for group in groups:
+            group.loss_mask, group.baseline, group.scale = self.curate(group.prompt_id, group.correct,
+                                                                       group.rewards)
+        return groups
 
     def rescue_widths(self) -> list[int]:
         return rescue_widths(self.n_explore, self.n_extra, self.max_group_size)
@@ -112,8 +150,8 @@ class AeroSelector(Selector):
                                              self.prior_alpha, self.prior_beta)
         return mask, baseline, scale
 
-    def begin_step(self, step: int) -> None:
-        super().begin_step(step)
+    def begin_step(self, step: int, *, epoch: int = 0) -> None:
+        super().begin_step(step, epoch=epoch)
         self.step_posterior_groups = 0
 
     def end_step(self) -> dict[str, float]:

@@ -1,34 +1,59 @@
-"""The interface every selection strategy implements, with the per-step tallies they all share."""
+"""The strategy interface: pre-rollout keep decisions, the step's pass shape, history, per-step metrics, state.
+
+A strategy is a `Selector` subclass registered by name (`selection.registry`). The step driver
+(`selection.driver.run_selection_step`) knows no strategy: it asks the strategy for the first
+pass, runs it, hands the new groups back (`after_pass`, which observes them and asks for the
+next pass or ends the step's rollouts) and finally asks which groups to train on
+(`finish_step`). The defaults here are vanilla GRPO's shape: one pass of train_batch_size
+prompts, every group kept. See docs/design.md, "Strategies".
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-ON_MAX_PASSES = ("train", "error")
+from greso_jax.selection.groups import Group, PassRequest
+from greso_jax.specs import INT, STR, ConfigError, Spec, check_dataclass, check_field, field
+
+GROUP_SIZE_SPEC = Spec(INT, 2)  # rl.group_size: a group of one response never has reward variance
+
+
+class StrategySettings:
+    """Base of a strategy's own config section (`selection.<name>.*`): a frozen dataclass whose
+    fields are declared with `specs.field` (type, range, one-line doc). `checked` is the single
+    validation both the config and the constructors go through."""
+
+    def checked(self, prefix: str):
+        check_dataclass(self, prefix)
+        self.check_relations(prefix)
+        return self
+
+    def check_relations(self, prefix: str) -> None:
+        """Checks between fields; raise ConfigError naming `prefix.field`."""
 
 
 @dataclasses.dataclass(frozen=True)
-class PassConfig:
-    """How DS / GRESO / oracle size their rollout passes within one step (DESIGN §1, adaptive pass size)."""
+class PassConfig(StrategySettings):
+    """How pass-based strategies size the rollout passes of one step (`selection.*`, shared by all)."""
 
-    rollout_batch_size: int = 96  # kept prompts in the first pass of a step; also the largest pass
-    min_pass_size: int = 8
-    max_passes: int = 8
-    on_max_passes: str = "train"  # "train" on what was collected, or "error"
+    rollout_batch_size: int = field(96, Spec(INT, 1), "kept prompts in the first pass of a step; also the "
+                                    "largest pass")
+    min_pass_size: int = field(8, Spec(INT, 1), "smallest follow-up pass")
+    max_passes: int = field(8, Spec(INT, 1), "cap on rollout passes per step (DAPO's max_num_gen_batches)")
+    on_max_passes: str = field("train", Spec(STR, choices=("train", "error")),
+                               "when the cap is hit: train on what was collected, or raise")
 
-    def __post_init__(self):
-        for name in ("rollout_batch_size", "min_pass_size", "max_passes"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"selection.{name}: must be an integer >= 1, got {value!r}")
+    def check_relations(self, prefix: str) -> None:
         if self.min_pass_size > self.rollout_batch_size:
-            raise ValueError(f"selection.min_pass_size: {self.min_pass_size} exceeds "
-                             f"selection.rollout_batch_size {self.rollout_batch_size}")
-        if self.on_max_passes not in ON_MAX_PASSES:
-            raise ValueError(f"selection.on_max_passes: {self.on_max_passes!r} is not one of {ON_MAX_PASSES}")
+            raise ConfigError(f"{prefix}.min_pass_size: {self.min_pass_size} exceeds "
+                              f"{prefix}.rollout_batch_size {self.rollout_batch_size}")
+
+
+class MaxPassesReached(RuntimeError):
+    """selection.on_max_passes == "error" and a step hit selection.max_passes before filling its batch."""
 
 
 def check_prompt_ids(prompt_ids, num_prompts: int, where: str) -> np.ndarray:
@@ -46,47 +71,79 @@ def check_prompt_ids(prompt_ids, num_prompts: int, where: str) -> np.ndarray:
 
 
 class Selector:
-    """Base of every strategy: pre-rollout keep decisions, history updates, per-step metrics, state.
+    """Base of every strategy; on its own it is vanilla GRPO's step shape with no history.
 
-    The step driver (`selection.driver.run_selection_step`) calls, in order: `begin_step`,
-    then per pass `record_skipped` / `observe` (or `observe_counts`) / `record_rollout`, and
-    finally `end_step`. The data pipeline calls `should_keep` as its filter, lazily, while the
-    driver pulls prompts for the current step.
+    Per step the driver calls `begin_step`, then per pass `record_skipped` / `record_rollout`
+    and `after_pass`, then `finish_step` and `end_step`. The data pipeline calls `should_keep`
+    as its filter, lazily, while the driver pulls prompts for the current step.
     """
 
-    strategy = "base"
-    train_batch_size: int | None = None  # set by make_selector, for the trainer's convenience
-    filters_zero_variance = True  # drop zero-variance groups and run more passes (DS / GRESO / oracle)
-    staged_groups = False  # AERO: variable-size groups built in stages instead of passes
+    strategy: ClassVar[str] = "base"  # the registered name (set by `register_strategy`)
+    Settings: ClassVar[type | None] = None  # the strategy's config section, a StrategySettings dataclass
+    simulation_only: ClassVar[bool] = False  # True: needs foresight only the simulator has (the oracle)
 
     def __init__(self, num_prompts: int, *, group_size: int = 8, pass_config: PassConfig | None = None,
                  seed: int = 0):
         if not isinstance(num_prompts, (int, np.integer)) or num_prompts < 1:
             raise ValueError(f"num_prompts: must be an integer >= 1, got {num_prompts!r}")
-        if not isinstance(group_size, (int, np.integer)) or group_size < 1:
-            raise ValueError(f"rl.group_size: must be an integer >= 1, got {group_size!r}")
+        check_field("rl.group_size", int(group_size) if isinstance(group_size, np.integer) else group_size,
+                    GROUP_SIZE_SPEC)
         self.num_prompts = int(num_prompts)
         self.group_size = int(group_size)
-        self.pass_config = pass_config if pass_config is not None else PassConfig()
+        self.pass_config = (pass_config if pass_config is not None else PassConfig()).checked("selection")
         self.seed = int(seed)
         self.step = 0
+        self.epoch = 0
         self.total_responses = 0
         self.total_tokens = 0
         self._reset_step_tallies()
 
-    # -- the calls the driver and the pipeline make -----------------------------------------
+    # -- the step shape: what the driver asks ------------------------------------------------
 
-    def first_pass_size(self, train_batch_size: int) -> int:
-        """Kept prompts to pull in a step's first pass: rollout_batch_size, over-provisioned for filtering."""
-        return self.pass_config.rollout_batch_size
+    def first_pass(self, train_batch_size: int) -> PassRequest:
+        """The step's first pass; the base pulls exactly train_batch_size prompts."""
+        return PassRequest(num_samples=self.group_size, pull=train_batch_size)
+
+    def after_pass(self, groups: list[Group], new: Sequence[int], *, passes: int,
+                   train_batch_size: int) -> PassRequest | None:
+        """Observes the pass's new groups (`groups[i] for i in new`) and returns the next pass, or None
+        when the step's rollouts are done: once `train_batch_size` groups are usable, or at the pass cap."""
+        fresh = [groups[i] for i in new]
+        self.observe_groups(fresh)
+        remaining = train_batch_size - sum(self.usable(g) for g in groups)
+        if remaining <= 0:
+            return None
+        if passes >= self.pass_config.max_passes:
+            if self.pass_config.on_max_passes == "error":
+                raise MaxPassesReached(
+                    f"selection.max_passes: step {self.step} ran {passes} passes and collected "
+                    f"{train_batch_size - remaining} of {train_batch_size} usable groups")
+            return None
+        return PassRequest(num_samples=self.group_size, pull=self.follow_up_pass_size(remaining, fresh))
+
+    def usable(self, group: Group) -> bool:
+        """Whether a rolled-out group can enter the batch; the base trains on every group."""
+        return True
+
+    def follow_up_pass_size(self, remaining: int, last_pass: list[Group]) -> int:
+        """Prompts to pull when `remaining` usable groups are still missing; the base asks for exactly those."""
+        return remaining
+
+    def finish_step(self, groups: list[Group], train_batch_size: int) -> list[Group]:
+        """The groups to train on, at most train_batch_size, in rollout order (curated in place if needed)."""
+        return [g for g in groups if self.usable(g)][:train_batch_size]
+
+    # -- keep decisions and history -----------------------------------------------------------
 
     def should_keep(self, prompt_ids) -> np.ndarray:
         """Pre-rollout keep decision for the current step: bool [N]. The base keeps every prompt."""
         ids = check_prompt_ids(prompt_ids, self.num_prompts, f"{self.strategy}.should_keep")
         return np.ones(ids.shape, dtype=bool)
 
-    def begin_step(self, step: int) -> None:
+    def begin_step(self, step: int, *, epoch: int = 0) -> None:
+        """Opens a training step; `epoch` is the prompt stream's epoch when the step begins."""
         self.step = int(step)
+        self.epoch = int(epoch)
         self._reset_step_tallies()
 
     def record_skipped(self, prompt_ids) -> None:
@@ -95,6 +152,13 @@ class Selector:
         easy, hard = self._classify_skipped(ids)
         self.step_skipped_easy += int(easy)
         self.step_skipped_hard += int(hard)
+
+    def observe_groups(self, groups: list[Group]) -> None:
+        """Records rolled-out groups (of any sizes) in the history."""
+        if groups:
+            self.observe_counts(np.array([g.prompt_id for g in groups], dtype=np.int64),
+                                np.array([g.correct.sum() for g in groups], dtype=np.int64),
+                                np.array([g.correct.size for g in groups], dtype=np.int64))
 
     def observe(self, prompt_ids, correct) -> None:
         """Records rolled-out groups: `correct` bool [N, G], row i belongs to prompt_ids[i]."""

@@ -1,21 +1,31 @@
-"""Vanilla GRPO (no selection) and DAPO Dynamic Sampling (roll out, then drop zero-variance groups)."""
+"""DAPO Dynamic Sampling: roll out passes of prompts, drop zero-variance groups, repeat until the batch is full."""
 
 from __future__ import annotations
 
 from greso_jax.selection.base import Selector
+from greso_jax.selection.groups import Group, PassRequest
+from greso_jax.selection.pass_sizing import next_pass_size
+from greso_jax.selection.registry import register_strategy
 
 
-class VanillaSelector(Selector):
-    """Keeps every prompt and every group: one pass of exactly train_batch_size prompts per step."""
-
-    strategy = "vanilla"
-    filters_zero_variance = False
-
-    def first_pass_size(self, train_batch_size: int) -> int:
-        return train_batch_size
-
-
+@register_strategy("dynamic_sampling")
 class DynamicSamplingSelector(Selector):
-    """Keeps every prompt before rollout; the driver drops zero-variance groups and runs more passes."""
+    """Keeps every prompt before rollout; only groups with reward variance are usable.
 
-    strategy = "dynamic_sampling"
+    The first pass pulls selection.rollout_batch_size prompts; each follow-up pass is sized
+    from the last pass's zero-variance rate (`pass_sizing.next_pass_size`), until
+    train_batch_size usable groups are collected or selection.max_passes is hit. GRESO and the
+    oracle share this step shape and add pre-rollout skipping.
+    """
+
+    def first_pass(self, train_batch_size: int) -> PassRequest:
+        return PassRequest(num_samples=self.group_size, pull=self.pass_config.rollout_batch_size)
+
+    def usable(self, group: Group) -> bool:
+        return group.has_variance
+
+    def follow_up_pass_size(self, remaining: int, last_pass: list[Group]) -> int:
+        return next_pass_size(remaining=remaining, pass_groups=len(last_pass),
+                              pass_zero_variance=sum(not g.has_variance for g in last_pass),
+                              min_pass_size=self.pass_config.min_pass_size,
+                              max_pass_size=self.pass_config.rollout_batch_size)

@@ -1,49 +1,77 @@
-"""GRESO: skip prompts before rollout from their easy / hard streaks, with self-tuning p_easy / p_hard (DESIGN §1)."""
+"""GRESO: skip prompts before rollout from their easy / hard streaks, with self-tuning p_easy / p_hard.
+
+Semantics and the choices behind them: docs/design.md, "GRESO".
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 
 from greso_jax.selection import counter_rng
-from greso_jax.selection.base import PassConfig, Selector, check_prompt_ids
+from greso_jax.selection.base import PassConfig, StrategySettings, check_prompt_ids
+from greso_jax.selection.dynamic_sampling import DynamicSamplingSelector
+from greso_jax.selection.registry import register_strategy
+from greso_jax.specs import FLOAT, ConfigError, Spec, field
 
 KEEP_FLOOR = 0.01  # every prompt keeps at least this chance of being re-explored
 _KEEP_STREAM = 1  # counter_rng stream id of the keep decisions
+_UNIT = Spec(FLOAT, 0, 1)
 
 
-class GresoSelector(Selector):
+@dataclasses.dataclass(frozen=True)
+class GresoSettings(StrategySettings):
+    """`selection.greso.*`: GRESO's skip rule and its self-tuning."""
+
+    p_easy: float = field(0.5, _UNIT, "initial keep base for prompts on an all-correct streak (kept w.p. "
+                          "max(p_easy ** streak, 0.01))")
+    p_hard: float = field(0.5, _UNIT, "initial keep base for prompts on an all-incorrect streak")
+    delta_p: float = field(0.01, _UNIT, "step by which p_easy / p_hard move after each training step (the "
+                           "exploration step size, GRESO's ablation knob)")
+    target_zero_variance: float = field(0.25, _UNIT, "zero-variance ratio the adaptation aims at: 1/3 of it "
+                                        "easy, 2/3 hard")
+    p_min: float = field(0.05, _UNIT, "lower clamp of p_easy / p_hard")
+    p_max: float = field(0.95, _UNIT, "upper clamp of p_easy / p_hard")
+
+    def check_relations(self, prefix: str) -> None:
+        if self.p_min > self.p_max:
+            raise ConfigError(f"{prefix}.p_min: {self.p_min} is above {prefix}.p_max {self.p_max}")
+        for name in ("p_easy", "p_hard"):
+            value = getattr(self, name)
+            if not self.p_min <= value <= self.p_max:
+                raise ConfigError(f"{prefix}.{name}: {value} is outside [p_min, p_max] = "
+                                  f"[{self.p_min}, {self.p_max}]")
+
+
+@register_strategy("greso")
+class GresoSelector(DynamicSamplingSelector):
     """Per-prompt easy / hard streaks (one dense signed int32 array, 4 bytes per prompt) and the GRESO skip rule.
 
     A prompt whose last z consecutive rollouts were all correct is kept with probability
     max(p_easy ** z, 0.01); all incorrect, max(p_hard ** z, 0.01); otherwise (mixed last
     rollout, or never rolled out) 1. After each step p_easy / p_hard move by `delta_p`
     toward the easy / hard zero-variance targets target_zero_variance/3 and 2·target/3.
-    Decisions are counter-based draws keyed by (seed, step, prompt id).
+    Decisions are counter-based draws keyed by (seed, step, prompt id). Passes are sized as
+    Dynamic Sampling's, whose filtering GRESO keeps for the groups it could not predict.
     """
 
-    strategy = "greso"
+    Settings = GresoSettings
 
     def __init__(self, num_prompts: int, *, p_easy: float = 0.5, p_hard: float = 0.5, delta_p: float = 0.01,
                  target_zero_variance: float = 0.25, p_min: float = 0.05, p_max: float = 0.95, seed: int = 0,
                  group_size: int = 8, pass_config: PassConfig | None = None):
         super().__init__(num_prompts, group_size=group_size, pass_config=pass_config, seed=seed)
-        for name, value in (("p_easy", p_easy), ("p_hard", p_hard), ("delta_p", delta_p),
-                            ("target_zero_variance", target_zero_variance), ("p_min", p_min), ("p_max", p_max)):
-            if not 0.0 <= float(value) <= 1.0:
-                raise ValueError(f"selection.{name}: must be in [0, 1], got {value!r}")
-        if p_min > p_max:
-            raise ValueError(f"selection.p_min: {p_min} is above selection.p_max {p_max}")
-        for name, value in (("p_easy", p_easy), ("p_hard", p_hard)):
-            if not p_min <= value <= p_max:
-                raise ValueError(f"selection.{name}: {value} is outside [p_min, p_max] = [{p_min}, {p_max}]")
-        self.p_easy = float(p_easy)
-        self.p_hard = float(p_hard)
-        self.delta_p = float(delta_p)
-        self.target_zero_variance = float(target_zero_variance)
-        self.p_min = float(p_min)
-        self.p_max = float(p_max)
+        settings = GresoSettings(p_easy=p_easy, p_hard=p_hard, delta_p=delta_p,
+                                 target_zero_variance=target_zero_variance, p_min=p_min,
+                                 p_max=p_max).checked("selection.greso")
+        self.p_easy = float(settings.p_easy)
+        self.p_hard = float(settings.p_hard)
+        self.delta_p = float(settings.delta_p)
+        self.target_zero_variance = float(settings.target_zero_variance)
+        self.p_min = float(settings.p_min)
+        self.p_max = float(settings.p_max)
         # One signed streak per prompt (4 bytes): +z = z all-correct rollouts in a row, -z = z all-incorrect,
         # 0 = last rollout mixed or never rolled out. The two streaks are exclusive, so one array holds both.
         self.streak = np.zeros(self.num_prompts, dtype=np.int32)

@@ -6,7 +6,10 @@ from typing import Callable
 
 import numpy as np
 
-from greso_jax.selection.base import PassConfig, Selector, check_prompt_ids
+from greso_jax.selection.base import PassConfig, check_prompt_ids
+from greso_jax.selection.dynamic_sampling import DynamicSamplingSelector
+from greso_jax.selection.groups import PassRequest
+from greso_jax.selection.registry import register_strategy
 
 OUTCOME_MIXED, OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT = 0, 1, 2
 
@@ -14,26 +17,28 @@ OUTCOME_MIXED, OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT = 0, 1, 2
 OutcomeFn = Callable[[int, np.ndarray], np.ndarray]
 
 
-class OracleSelector(Selector):
+@register_strategy("oracle")
+class OracleSelector(DynamicSamplingSelector):
     """Skips, at zero cost, every prompt whose next group would be all correct or all incorrect.
 
     The physical limit of any pre-rollout selector. `outcome` must predict exactly what the
-    rollout will produce (a simulator with counter-based draws can); the driver still drops
+    rollout will produce (a simulator with counter-based draws can); the step still drops
     any zero-variance group that slips through, so a wrong prediction costs only responses.
     """
 
-    strategy = "oracle"
+    simulation_only = True
 
-    def __init__(self, num_prompts: int, *, outcome: OutcomeFn, group_size: int = 8,
+    def __init__(self, num_prompts: int, *, outcome: OutcomeFn | None = None, group_size: int = 8,
                  pass_config: PassConfig | None = None, seed: int = 0):
         super().__init__(num_prompts, group_size=group_size, pass_config=pass_config, seed=seed)
         if not callable(outcome):
-            raise ValueError("oracle: `outcome` must be a callable (step, prompt_ids) -> outcome codes")
+            raise ValueError("selection.strategy: 'oracle' needs the simulator's `outcome` callable "
+                             "(step, prompt_ids) -> outcome codes; it exists only in simulation")
         self.outcome = outcome
 
-    def first_pass_size(self, train_batch_size: int) -> int:
+    def first_pass(self, train_batch_size: int) -> PassRequest:
         # Every kept prompt will have variance, so nothing needs over-provisioning.
-        return train_batch_size
+        return PassRequest(num_samples=self.group_size, pull=train_batch_size)
 
     def _predict(self, ids: np.ndarray) -> np.ndarray:
         codes = np.asarray(self.outcome(self.step, ids))
