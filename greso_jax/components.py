@@ -1,4 +1,4 @@
-"""Builds the pieces a run needs from its config: tokenizer, prompt rows, and the policy
+"""Builds the pieces a run needs from its config: the tokenizer and the policy
 (a Hugging Face folder, or a preset trained from scratch with a supervised warm start)."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ import jax
 
 from greso_jax.data import arith
 from greso_jax.data.prompts import format_prompt
-from greso_jax.data.sources import load_benchmark, load_source
 from greso_jax.models import PRESETS, CharTokenizer, HFTokenizer, from_pretrained, init_model, place_on_mesh
 from greso_jax.warmstart import cached_warmstart
 
@@ -19,24 +18,6 @@ def build_tokenizer(config):
         return HFTokenizer(config.model.path)
     vocab = PRESETS[config.model.preset].vocab_size if not config.model.path else None
     return CharTokenizer(arith.ARITH_ALPHABET, vocab_size=vocab)
-
-
-def load_rows(config):
-    """Training rows and the evaluation sets {name: rows} the config names."""
-    d = config.data
-    heldout = []
-    if d.source == "arith":
-        train, heldout = arith.make_arith_pools(d.arith_num_train, d.arith_num_heldout, d.arith_seed)
-    else:
-        train = load_source(d)
-    eval_sets = {}
-    for name in config.eval.benchmarks:
-        rows = heldout if name == "synthetic" else load_benchmark(name, config.eval.data_dir)
-        if config.eval.max_problems:
-            rows = rows[:config.eval.max_problems]
-        if rows:
-            eval_sets[name] = rows
-    return train, eval_sets
 
 
 def build_policy(config, tokenizer, train_rows, workdir: str, mesh, log=print):

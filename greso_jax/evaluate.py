@@ -239,7 +239,7 @@ def evaluate(checkpoint: str, *, config=None, benchmarks: Sequence[str] | None =
     from greso_jax import evaluation
     from greso_jax.components import build_tokenizer
     from greso_jax.data.prompts import format_prompt
-    from greso_jax.data.sources import DataError, load_benchmark
+    from greso_jax.data.sources import DataError, load_eval_sets
     from greso_jax.parallel.sharding import mesh_from_config
     from greso_jax.rewards.pool import GradingPool
 
@@ -251,15 +251,12 @@ def evaluate(checkpoint: str, *, config=None, benchmarks: Sequence[str] | None =
                              pass_k=pass_k)
     if config.model.tokenizer == "hf" and not os.path.exists(os.path.join(config.model.path, "tokenizer.json")):
         raise EvaluateError(f"model.path: {config.model.path} has no tokenizer.json")
-    rows = {}
-    for name in settings.benchmarks:
-        try:
-            rows[name] = load_benchmark(name, settings.data_dir, arith_num_heldout=config.data.arith_num_heldout,
-                                        arith_seed=config.data.arith_seed, arith_num_train=config.data.arith_num_train)
-        except DataError as e:
-            raise EvaluateError(f"--benchmarks {name} (--data_dir {settings.data_dir or '.'}): {e}") from None
-        if settings.max_problems:
-            rows[name] = rows[name][:settings.max_problems]
+    try:
+        rows = load_eval_sets(settings.benchmarks, data_dir=settings.data_dir, max_problems=settings.max_problems,
+                              arith_num_train=config.data.arith_num_train,
+                              arith_num_heldout=config.data.arith_num_heldout, arith_seed=config.data.arith_seed)
+    except DataError as e:
+        raise EvaluateError(f"--benchmarks {e}") from None
     mesh = mesh if mesh is not None else mesh_from_config(config.mesh)
     tokenizer = build_tokenizer(config)
     model = load_model(source, config, mesh)

@@ -21,8 +21,9 @@ from greso_jax import evaluation
 from greso_jax.checkpoint import Checkpointer
 from greso_jax.configs import validate
 from greso_jax.data.pipeline import PromptPipeline
+from greso_jax.data.sources import load_eval_sets, load_source
 from greso_jax.metrics import MetricsWriter, Progress, format_table, plot_run, read_metrics
-from greso_jax.components import build_policy, build_tokenizer, load_rows
+from greso_jax.components import build_policy, build_tokenizer
 from greso_jax.rewards.pool import GradingPool
 from greso_jax.rl.advantages import compute_advantages
 from greso_jax.rl.batch import make_rollout_batch
@@ -31,6 +32,17 @@ from greso_jax.sampling import generate
 from greso_jax.selection import PulledPrompts, RolloutResult, make_selector, run_selection_step
 from greso_jax.parallel import multihost
 from greso_jax.parallel.sharding import mesh_from_config
+
+
+def _load_rows(c):
+    """The training rows and the evaluation sets {name: rows} the config names."""
+    d = c.data
+    arith = {"arith_num_train": d.arith_num_train, "arith_num_heldout": d.arith_num_heldout,
+             "arith_seed": d.arith_seed}
+    train = load_source(source=d.source, path=d.path, skip_bad_rows=d.skip_bad_rows, **arith)
+    # "synthetic" is the held-out half of the arithmetic pool: a run on other data has none
+    benchmarks = [b for b in c.eval.benchmarks if b != "synthetic" or (d.source == "arith" and d.arith_num_heldout)]
+    return train, load_eval_sets(benchmarks, data_dir=c.eval.data_dir, max_problems=c.eval.max_problems, **arith)
 
 
 @dataclasses.dataclass
@@ -55,7 +67,7 @@ class Trainer:
         c = config
         self.mesh = mesh_from_config(c.mesh)
         self.tokenizer = build_tokenizer(c)
-        self.train_rows, self.eval_sets = load_rows(c)
+        self.train_rows, self.eval_sets = _load_rows(c)
         self.model = build_policy(c, self.tokenizer, self.train_rows, self.workdir, self.mesh, log=self.log)
         self.learner = Learner(self.model, c, mesh=self.mesh)
         self.selector = make_selector(c.selection, num_prompts=max(r.prompt_id for r in self.train_rows) + 1,

@@ -172,7 +172,7 @@ def test_bad_input_is_named(constant_policy, tmp_path):
         evaluate(constant_policy, top_p=1.5)
     with pytest.raises(EvaluateError, match="data.prompt_template"):
         evaluate(constant_policy, template="alpaca")
-    with pytest.raises(EvaluateError, match=r"aime24 \(--data_dir"):
+    with pytest.raises(EvaluateError, match=r"--benchmarks aime24 \(data_dir"):
         evaluate(constant_policy, benchmarks=["aime24"], data_dir=str(tmp_path))
 
 
