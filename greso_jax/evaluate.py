@@ -4,7 +4,7 @@
   python -m greso_jax.evaluate --checkpoint /models/Qwen2.5-Math-1.5B \
       --config experiments/qwen2_5_math_1_5b.py --data_dir ../shared/data --output results.json
 
-Sampling and grading are `greso_jax.evaluation.sample_and_grade`, the code the trainer runs
+Sampling and grading are `greso_jax.benchmark_scoring.sample_and_grade`, the code the trainer runs
 every eval.every_steps; with the run's own settings and seed (the defaults) a workdir step
 reproduces the in-training evaluation of that step.
 """
@@ -22,7 +22,7 @@ import ml_collections
 import numpy as np
 
 from greso_jax import configs
-from greso_jax.evaluation import EVAL_SEED_OFFSET as TRAINER_EVAL_SEED_OFFSET
+from greso_jax.benchmark_scoring import EVAL_SEED_OFFSET as TRAINER_EVAL_SEED_OFFSET
 from greso_jax.paper_setups import PAPER_BENCHMARKS
 
 
@@ -213,7 +213,7 @@ def settings_from(config, *, benchmarks=None, num_samples=None, temperature=None
 
 def benchmark_metrics(correct: np.ndarray, pass_k: Sequence[int]) -> dict:
     """correct bool [P, K] -> avg@K, pass@1 and pass@k for each k (unbiased), with per-problem counts."""
-    from greso_jax.evaluation import summarize
+    from greso_jax.benchmark_scoring import summarize
 
     out = {}
     for k in pass_k:
@@ -236,7 +236,7 @@ def evaluate(checkpoint: str, *, config=None, benchmarks: Sequence[str] | None =
              num_grading_workers: int | None = None, batch_prompts: int = 128, mesh=None, log=print) -> dict:
     """Loads `checkpoint`, samples and grades every benchmark; returns the results dict written as JSON.
     Every setting left None comes from the config (see `settings_from`)."""
-    from greso_jax import evaluation
+    from greso_jax import benchmark_scoring
     from greso_jax.components import build_tokenizer
     from greso_jax.data.prompts import format_prompt
     from greso_jax.data.sources import DataError, load_eval_sets
@@ -266,7 +266,7 @@ def evaluate(checkpoint: str, *, config=None, benchmarks: Sequence[str] | None =
     per_benchmark = {}
     with GradingPool(num_workers=workers, timeout_s=config.data.grading_timeout_s) as pool:
         for name, benchmark_rows in rows.items():
-            correct = evaluation.sample_and_grade(
+            correct = benchmark_scoring.sample_and_grade(
                 model, tokenizer, benchmark_rows, template=settings.template, num_samples=settings.num_samples,
                 temperature=settings.temperature, top_p=settings.top_p, max_new_tokens=settings.max_new_tokens,
                 seed=settings.seed, pool=pool, max_prompt_length=settings.max_prompt_length,

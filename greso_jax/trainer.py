@@ -17,7 +17,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from greso_jax import evaluation
+from greso_jax.benchmark_scoring import EVAL_SEED_OFFSET, sample_and_grade, summarize
 from greso_jax.checkpoint import Checkpointer
 from greso_jax.configs import validate
 from greso_jax.data.pipeline import PromptPipeline
@@ -219,14 +219,14 @@ class Trainer:
         out, means = {}, []
         start = time.perf_counter()
         for name, rows in self.eval_sets.items():
-            correct = evaluation.sample_and_grade(
+            correct = sample_and_grade(
                 self.learner.model, self.tokenizer, rows, template=c.data.prompt_template,
                 num_samples=c.eval.num_samples, temperature=c.eval.temperature, top_p=c.eval.top_p,
-                max_new_tokens=c.eval.max_new_tokens or c.sampling.max_new_tokens, seed=c.seed + evaluation.EVAL_SEED_OFFSET,
+                max_new_tokens=c.eval.max_new_tokens or c.sampling.max_new_tokens, seed=c.seed + EVAL_SEED_OFFSET,
                 pool=self.pool, max_prompt_length=c.data.max_prompt_length,
                 prompt_buckets=tuple(c.sampling.prompt_length_buckets), row_buckets=tuple(c.sampling.row_buckets),
                 mesh=self.mesh)
-            summary = evaluation.summarize(correct)
+            summary = summarize(correct)
             out.update({f"eval/{name}/{k}": v for k, v in summary.items()})
             means.append(summary[f"avg@{c.eval.num_samples}"])
         out["eval/accuracy"] = float(np.mean(means)) if means else float("nan")

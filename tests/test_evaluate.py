@@ -13,7 +13,7 @@ import pytest
 from conftest import make_hf_checkpoint
 from greso_jax.evaluate import (EvaluateError, average_metrics, benchmark_metrics, evaluate, resolve_checkpoint,
                                 results_table)
-from greso_jax.evaluation import pass_at_k, summarize
+from greso_jax.benchmark_scoring import pass_at_k, summarize
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 REAL_BENCHMARKS = ("math500", "aime24", "amc23", "minerva_math", "olympiadbench", "gaokao2023en", "gsm8k")
@@ -203,7 +203,7 @@ def test_workdir_checkpoint_restores_the_trained_parameters(tmp_path):
     import jax
     import jax.numpy as jnp
 
-    from greso_jax import evaluation
+    from greso_jax import benchmark_scoring
     from greso_jax.checkpoint import Checkpointer
     from greso_jax.components import build_tokenizer
     from greso_jax.data.sources import load_benchmark
@@ -242,7 +242,7 @@ def test_workdir_checkpoint_restores_the_trained_parameters(tmp_path):
     rows = load_benchmark("synthetic", "", arith_num_heldout=50, arith_num_train=200,
                           arith_seed=config.data.arith_seed)[:8]
     with GradingPool(num_workers=0) as pool:
-        direct = evaluation.sample_and_grade(
+        direct = benchmark_scoring.sample_and_grade(
             trained, build_tokenizer(config), rows, template=config.data.prompt_template, num_samples=2,
             temperature=config.eval.temperature, top_p=config.eval.top_p,
             max_new_tokens=config.sampling.max_new_tokens, seed=config.seed + TRAINER_EVAL_SEED_OFFSET, pool=pool,
