@@ -18,7 +18,7 @@ import jax
 import numpy as np
 
 from greso_jax.benchmark_scoring import EVAL_SEED_OFFSET, sample_and_grade, summarize
-from greso_jax.checkpoint import Checkpointer
+from greso_jax.checkpoint import Checkpointer, checkpoint_dir, restore_run_state, save_run_state
 from greso_jax.configs import validate
 from greso_jax.data.pipeline import PromptPipeline
 from greso_jax.data.sources import load_eval_sets, load_source
@@ -79,7 +79,7 @@ class Trainer:
             keep_filter=self.selector, shard_index=jax.process_index(), shard_count=jax.process_count())
         self.pool = GradingPool(num_workers=c.data.grading_workers, timeout_s=c.data.grading_timeout_s,
                                 shaping=c.data.reward_shaping)
-        self.checkpointer = Checkpointer(os.path.join(self.workdir, "checkpoints"), keep=c.checkpoint.keep,
+        self.checkpointer = Checkpointer(checkpoint_dir(self.workdir), keep=c.checkpoint.keep,
                                          every_steps=c.checkpoint.every_steps, async_save=c.checkpoint.async_save)
         self.counters = {"rollout/num_responses": 0, "rollout/num_tokens": 0, "selection/skipped_total": 0,
                          "train/bad_steps": 0}
@@ -234,22 +234,14 @@ class Trainer:
         return out
 
     def _save(self, step: int) -> None:
-        meta = {"step": step, "data_state": self.pipeline.get_state(), "counters": self.counters,
-                "config": json.loads(self.config.to_json_best_effort())}
-        self.checkpointer.save(step, train_state=self.learner.train_state(),
-                               selector_state=self.selector.state_dict(), meta=meta)
+        save_run_state(self.checkpointer, step, learner=self.learner, selector=self.selector, pipeline=self.pipeline,
+                       counters=self.counters, config=self.config)
 
     def _restore(self) -> int:
-        step = self.checkpointer.latest_step()
-        if step is None:
-            return 0
-        restored = self.checkpointer.restore(step, train_state_like=self.learner.train_state(),
-                                             selector_state_like=self.selector.state_dict())
-        self.learner.load_train_state(restored["train_state"])
-        self.selector.load_state_dict(restored["selector"])
-        self.pipeline.set_state(restored["meta"]["data_state"])
-        self.counters.update(restored["meta"]["counters"])
-        self.log(f"resumed from step {step} ({self.checkpointer.directory})")
+        step = restore_run_state(self.checkpointer, learner=self.learner, selector=self.selector,
+                                 pipeline=self.pipeline, counters=self.counters)
+        if step:
+            self.log(f"resumed from step {step} ({self.checkpointer.directory})")
         return step
 
     # -- the loop ---------------------------------------------------------------------------
