@@ -23,7 +23,7 @@ from greso_jax.configs import validate
 from greso_jax.data.pipeline import PromptPipeline
 from greso_jax.data.sources import load_eval_sets, load_source
 from greso_jax.metrics import MetricsWriter, Progress, format_table, plot_run, read_metrics
-from greso_jax.components import build_policy, build_tokenizer
+from greso_jax.policy import build_policy, build_tokenizer
 from greso_jax.rewards.pool import GradingPool
 from greso_jax.rl.advantages import compute_advantages
 from greso_jax.rl.batch import make_rollout_batch

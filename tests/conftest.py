@@ -40,9 +40,9 @@ def warm_policy(tmp_path_factory):
     """A tiny-test policy warm-started (supervised, cached) on the trainer tests' 24-prompt pool:
     it solves some prompts and fails others, so every strategy meets groups with variance."""
     import trainer_config
-    from greso_jax.components import build_policy, build_tokenizer
     from greso_jax.data.sources import load_source
     from greso_jax.parallel import make_mesh
+    from greso_jax.policy import build_policy, build_tokenizer
 
     config = trainer_config.get_config("greso")
     config.train.warmstart_steps, config.train.warmstart_learning_rate = 300, 3e-3
