@@ -4,7 +4,7 @@
   python -m greso_jax.evaluate --checkpoint /models/Qwen2.5-Math-1.5B \
       --config experiments/qwen2_5_math_1_5b.py --data_dir ../shared/data --output results.json
 
-Sampling and grading are `greso_jax.evaluation.sample_and_grade`, the code the trainer runs
+Sampling and grading are `greso_jax.benchmark_scoring.sample_and_grade`, the code the trainer runs
 every eval.every_steps; with the run's own settings and seed (the defaults) a workdir step
 reproduces the in-training evaluation of that step.
 """
@@ -22,7 +22,9 @@ import ml_collections
 import numpy as np
 
 from greso_jax import configs
-from greso_jax.evaluation import EVAL_SEED_OFFSET as TRAINER_EVAL_SEED_OFFSET
+from greso_jax.benchmark_scoring import EVAL_SEED_OFFSET as TRAINER_EVAL_SEED_OFFSET
+from greso_jax.benchmark_scoring import sample_and_grade, summarize
+from greso_jax.checkpoint import CHECKPOINTS_FOLDER, CheckpointError, latest_step
 from greso_jax.paper_setups import PAPER_BENCHMARKS
 
 
@@ -37,25 +39,19 @@ class CheckpointSource:
     step: int | None = None  # workdir: the checkpoint step
 
 
-def _latest_step(checkpoint_dir: str) -> int | None:
-    steps = [int(name) for name in os.listdir(checkpoint_dir) if name.isdigit()
-             and os.path.isdir(os.path.join(checkpoint_dir, name))]
-    return max(steps) if steps else None
-
-
 def resolve_checkpoint(path: str) -> CheckpointSource:
     """`workdir` (its latest step), `workdir/checkpoints/<step>`, or a Hugging Face folder."""
     path = os.path.abspath(path)
     if not os.path.isdir(path):
         raise EvaluateError(f"--checkpoint: no such folder: {path}")
-    checkpoints = os.path.join(path, "checkpoints")
+    checkpoints = os.path.join(path, CHECKPOINTS_FOLDER)
     if os.path.isdir(checkpoints):
-        step = _latest_step(checkpoints)
+        step = latest_step(checkpoints)
         if step is None:
             raise EvaluateError(f"--checkpoint: {checkpoints} holds no finished checkpoint")
         return CheckpointSource("workdir", path, step)
     name, parent = os.path.basename(path), os.path.dirname(path)
-    if name.isdigit() and os.path.basename(parent) == "checkpoints":
+    if name.isdigit() and os.path.basename(parent) == CHECKPOINTS_FOLDER:
         return CheckpointSource("workdir", os.path.dirname(parent), int(name))
     has_weights = any(os.path.exists(os.path.join(path, f))
                       for f in ("model.safetensors", "model.safetensors.index.json"))
@@ -105,58 +101,6 @@ def _validate_for_evaluation(config: ml_collections.ConfigDict) -> None:
         configs.validate(checked)
     except configs.ConfigError as e:
         raise EvaluateError(str(e)) from None
-
-
-def load_model(source: CheckpointSource, config, mesh):
-    """The policy with the checkpoint's parameters, placed on `mesh` as their logical axes ask."""
-    from greso_jax.models import PRESETS, abstract_model, from_pretrained, param_shardings
-    from greso_jax.models.weights import read_model_config
-
-    m = config.model
-    if source.kind == "hf":
-        return from_pretrained(source.path, dtype=m.dtype, mesh=mesh, param_dtype=m.param_dtype)
-    if m.path:
-        model_cfg = read_model_config(m.path, dtype=m.dtype, param_dtype=m.param_dtype)
-    else:
-        if m.preset not in PRESETS:
-            raise EvaluateError(f"model.preset: {m.preset!r} is not one of {', '.join(PRESETS)}")
-        model_cfg = PRESETS[m.preset].replace(dtype=m.dtype, param_dtype=m.param_dtype)
-    abstract = abstract_model(model_cfg)
-    params = restore_params(source.path, source.step, abstract, param_shardings(abstract, mesh))
-    return _merge_params(abstract, params)
-
-
-def restore_params(workdir: str, step: int, abstract_model, shardings) -> dict:
-    """Only the parameters of a run's checkpoint (orbax partial restore of item "train_state"
-    = {params, opt_state, step}): no optimiser state is read or allocated."""
-    import jax
-    import orbax.checkpoint as ocp
-    from flax import nnx
-
-    abstract_params = nnx.state(abstract_model, nnx.Param).to_pure_dict()
-    target = {"params": jax.tree.map(lambda v, s: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=s),
-                                     abstract_params, shardings.to_pure_dict())}
-    manager = ocp.CheckpointManager(os.path.join(workdir, "checkpoints"), item_names=("train_state",))
-    if step not in manager.all_steps():
-        raise EvaluateError(f"--checkpoint: {workdir}/checkpoints has no step {step} "
-                            f"(steps: {sorted(manager.all_steps())})")
-    try:
-        restored = manager.restore(step, args=ocp.args.Composite(train_state=ocp.args.PyTreeRestore(
-            item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target), partial_restore=True)))
-    except (ValueError, KeyError) as e:
-        raise EvaluateError(f"--checkpoint: step {step} of {workdir} does not match the model its config "
-                            f"describes: {e}") from None
-    finally:
-        manager.close()
-    return restored["train_state"]["params"]
-
-
-def _merge_params(abstract_model, params: dict):
-    from flax import nnx
-
-    graphdef, state = nnx.split(abstract_model)
-    state.replace_by_pure_dict(params)
-    return nnx.merge(graphdef, state)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,8 +157,6 @@ def settings_from(config, *, benchmarks=None, num_samples=None, temperature=None
 
 def benchmark_metrics(correct: np.ndarray, pass_k: Sequence[int]) -> dict:
     """correct bool [P, K] -> avg@K, pass@1 and pass@k for each k (unbiased), with per-problem counts."""
-    from greso_jax.evaluation import summarize
-
     out = {}
     for k in pass_k:
         out.update(summarize(correct, k))
@@ -236,11 +178,10 @@ def evaluate(checkpoint: str, *, config=None, benchmarks: Sequence[str] | None =
              num_grading_workers: int | None = None, batch_prompts: int = 128, mesh=None, log=print) -> dict:
     """Loads `checkpoint`, samples and grades every benchmark; returns the results dict written as JSON.
     Every setting left None comes from the config (see `settings_from`)."""
-    from greso_jax import evaluation
-    from greso_jax.components import build_tokenizer
     from greso_jax.data.prompts import format_prompt
-    from greso_jax.data.sources import DataError, load_benchmark
+    from greso_jax.data.sources import DataError, load_eval_sets
     from greso_jax.parallel.sharding import mesh_from_config
+    from greso_jax.policy import build_tokenizer, load_policy
     from greso_jax.rewards.pool import GradingPool
 
     source = resolve_checkpoint(checkpoint)
@@ -251,25 +192,25 @@ def evaluate(checkpoint: str, *, config=None, benchmarks: Sequence[str] | None =
                              pass_k=pass_k)
     if config.model.tokenizer == "hf" and not os.path.exists(os.path.join(config.model.path, "tokenizer.json")):
         raise EvaluateError(f"model.path: {config.model.path} has no tokenizer.json")
-    rows = {}
-    for name in settings.benchmarks:
-        try:
-            rows[name] = load_benchmark(name, settings.data_dir, arith_num_heldout=config.data.arith_num_heldout,
-                                        arith_seed=config.data.arith_seed, arith_num_train=config.data.arith_num_train)
-        except DataError as e:
-            raise EvaluateError(f"--benchmarks {name} (--data_dir {settings.data_dir or '.'}): {e}") from None
-        if settings.max_problems:
-            rows[name] = rows[name][:settings.max_problems]
+    try:
+        rows = load_eval_sets(settings.benchmarks, data_dir=settings.data_dir, max_problems=settings.max_problems,
+                              arith_num_train=config.data.arith_num_train,
+                              arith_num_heldout=config.data.arith_num_heldout, arith_seed=config.data.arith_seed)
+    except DataError as e:
+        raise EvaluateError(f"--benchmarks {e}") from None
     mesh = mesh if mesh is not None else mesh_from_config(config.mesh)
     tokenizer = build_tokenizer(config)
-    model = load_model(source, config, mesh)
+    try:
+        model = load_policy(config, mesh, workdir=source.path if source.kind == "workdir" else "", step=source.step)
+    except CheckpointError as e:
+        raise EvaluateError(f"--checkpoint: {e}") from None
     log(f"evaluating {source.kind} {source.path}" + (f" step {source.step}" if source.step is not None else "")
         + f": {', '.join(f'{n} ({len(r)})' for n, r in rows.items())}, {settings.num_samples} samples each")
     workers = config.data.grading_workers if num_grading_workers is None else num_grading_workers
     per_benchmark = {}
     with GradingPool(num_workers=workers, timeout_s=config.data.grading_timeout_s) as pool:
         for name, benchmark_rows in rows.items():
-            correct = evaluation.sample_and_grade(
+            correct = sample_and_grade(
                 model, tokenizer, benchmark_rows, template=settings.template, num_samples=settings.num_samples,
                 temperature=settings.temperature, top_p=settings.top_p, max_new_tokens=settings.max_new_tokens,
                 seed=settings.seed, pool=pool, max_prompt_length=settings.max_prompt_length,

@@ -17,12 +17,13 @@ from typing import Any
 import jax
 import numpy as np
 
-from greso_jax import evaluation
-from greso_jax.checkpoint import Checkpointer
+from greso_jax.benchmark_scoring import EVAL_SEED_OFFSET, sample_and_grade, summarize
+from greso_jax.checkpoint import Checkpointer, checkpoint_dir, restore_run_state, save_run_state
 from greso_jax.configs import validate
 from greso_jax.data.pipeline import PromptPipeline
+from greso_jax.data.sources import load_eval_sets, load_source
 from greso_jax.metrics import MetricsWriter, Progress, format_table, plot_run, read_metrics
-from greso_jax.components import build_policy, build_tokenizer, load_rows
+from greso_jax.policy import build_policy, build_tokenizer
 from greso_jax.rewards.pool import GradingPool
 from greso_jax.rl.advantages import compute_advantages
 from greso_jax.rl.batch import make_rollout_batch
@@ -31,6 +32,17 @@ from greso_jax.sampling import generate
 from greso_jax.selection import PassConfig, PulledPrompts, ScoredPass, make_selector, resolve_strategy, run_selection_step
 from greso_jax.parallel import multihost
 from greso_jax.parallel.sharding import mesh_from_config
+
+
+def _load_rows(c):
+    """The training rows and the evaluation sets {name: rows} the config names."""
+    d = c.data
+    arith = {"arith_num_train": d.arith_num_train, "arith_num_heldout": d.arith_num_heldout,
+             "arith_seed": d.arith_seed}
+    train = load_source(source=d.source, path=d.path, skip_bad_rows=d.skip_bad_rows, **arith)
+    # "synthetic" is the held-out half of the arithmetic pool: a run on other data has none
+    benchmarks = [b for b in c.eval.benchmarks if b != "synthetic" or (d.source == "arith" and d.arith_num_heldout)]
+    return train, load_eval_sets(benchmarks, data_dir=c.eval.data_dir, max_problems=c.eval.max_problems, **arith)
 
 
 @dataclasses.dataclass
@@ -55,7 +67,7 @@ class Trainer:
         c = config
         self.mesh = mesh_from_config(c.mesh)
         self.tokenizer = build_tokenizer(c)
-        self.train_rows, self.eval_sets = load_rows(c)
+        self.train_rows, self.eval_sets = _load_rows(c)
         self.model = build_policy(c, self.tokenizer, self.train_rows, self.workdir, self.mesh, log=self.log)
         self.learner = Learner(self.model, c, mesh=self.mesh)
         strategy = resolve_strategy(c.selection.strategy)
@@ -69,7 +81,7 @@ class Trainer:
             keep_filter=self.selector, shard_index=jax.process_index(), shard_count=jax.process_count())
         self.pool = GradingPool(num_workers=c.data.grading_workers, timeout_s=c.data.grading_timeout_s,
                                 shaping=c.data.reward_shaping)
-        self.checkpointer = Checkpointer(os.path.join(self.workdir, "checkpoints"), keep=c.checkpoint.keep,
+        self.checkpointer = Checkpointer(checkpoint_dir(self.workdir), keep=c.checkpoint.keep,
                                          every_steps=c.checkpoint.every_steps, async_save=c.checkpoint.async_save)
         self.counters = {"rollout/num_responses": 0, "rollout/num_tokens": 0, "selection/skipped_total": 0,
                          "train/bad_steps": 0}
@@ -209,14 +221,14 @@ class Trainer:
         out, means = {}, []
         start = time.perf_counter()
         for name, rows in self.eval_sets.items():
-            correct = evaluation.sample_and_grade(
+            correct = sample_and_grade(
                 self.learner.model, self.tokenizer, rows, template=c.data.prompt_template,
                 num_samples=c.eval.num_samples, temperature=c.eval.temperature, top_p=c.eval.top_p,
-                max_new_tokens=c.eval.max_new_tokens or c.sampling.max_new_tokens, seed=c.seed + evaluation.EVAL_SEED_OFFSET,
+                max_new_tokens=c.eval.max_new_tokens or c.sampling.max_new_tokens, seed=c.seed + EVAL_SEED_OFFSET,
                 pool=self.pool, max_prompt_length=c.data.max_prompt_length,
                 prompt_buckets=tuple(c.sampling.prompt_length_buckets), row_buckets=tuple(c.sampling.row_buckets),
                 mesh=self.mesh)
-            summary = evaluation.summarize(correct)
+            summary = summarize(correct)
             out.update({f"eval/{name}/{k}": v for k, v in summary.items()})
             means.append(summary[f"avg@{c.eval.num_samples}"])
         out["eval/accuracy"] = float(np.mean(means)) if means else float("nan")
@@ -224,22 +236,14 @@ class Trainer:
         return out
 
     def _save(self, step: int) -> None:
-        meta = {"step": step, "data_state": self.pipeline.get_state(), "counters": self.counters,
-                "config": json.loads(self.config.to_json_best_effort())}
-        self.checkpointer.save(step, train_state=self.learner.train_state(),
-                               selector_state=self.selector.state_dict(), meta=meta)
+        save_run_state(self.checkpointer, step, learner=self.learner, selector=self.selector, pipeline=self.pipeline,
+                       counters=self.counters, config=self.config)
 
     def _restore(self) -> int:
-        step = self.checkpointer.latest_step()
-        if step is None:
-            return 0
-        restored = self.checkpointer.restore(step, train_state_like=self.learner.train_state(),
-                                             selector_state_like=self.selector.state_dict())
-        self.learner.load_train_state(restored["train_state"])
-        self.selector.load_state_dict(restored["selector"])
-        self.pipeline.set_state(restored["meta"]["data_state"])
-        self.counters.update(restored["meta"]["counters"])
-        self.log(f"resumed from step {step} ({self.checkpointer.directory})")
+        step = restore_run_state(self.checkpointer, learner=self.learner, selector=self.selector,
+                                 pipeline=self.pipeline, counters=self.counters)
+        if step:
+            self.log(f"resumed from step {step} ({self.checkpointer.directory})")
         return step
 
     # -- the loop ---------------------------------------------------------------------------

@@ -40,12 +40,15 @@ def warm_policy(tmp_path_factory):
     """A tiny-test policy warm-started (supervised, cached) on the trainer tests' 24-prompt pool:
     it solves some prompts and fails others, so every strategy meets groups with variance."""
     import trainer_config
-    from greso_jax.components import build_policy, build_tokenizer, load_rows
+    from greso_jax.data.sources import load_source
     from greso_jax.parallel import make_mesh
+    from greso_jax.policy import build_policy, build_tokenizer
 
     config = trainer_config.get_config("greso")
     config.train.warmstart_steps, config.train.warmstart_learning_rate = 300, 3e-3
     workdir = tmp_path_factory.mktemp("warm_policy")
-    rows, _ = load_rows(config)
+    d = config.data
+    rows = load_source(source=d.source, arith_num_train=d.arith_num_train, arith_num_heldout=d.arith_num_heldout,
+                       arith_seed=d.arith_seed)
     build_policy(config, build_tokenizer(config), rows, str(workdir), make_mesh(1, 1, 1), log=lambda *a: None)
     return str(workdir / "warmstart")

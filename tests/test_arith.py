@@ -6,6 +6,7 @@ import collections
 import pytest
 
 from greso_jax.data import arith
+from greso_jax.data.rows import PromptRow
 from greso_jax.models.tokenizer import CharTokenizer
 from greso_jax.rewards import arith as arith_grader
 
@@ -58,7 +59,7 @@ def test_level_weights_are_the_difficulty_knob():
     ("98*38=", "4273", "3724"),
 ])
 def test_solution_format(question, solution, answer):
-    row = arith.PromptRow(0, question, answer, "arith")
+    row = PromptRow(0, question, answer, "arith")
     assert arith.solution_text(row) == solution
     assert str(arith.running_totals(question)[-1]) == answer
     assert arith_grader.is_correct(solution, answer)

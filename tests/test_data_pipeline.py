@@ -10,7 +10,7 @@ import pytest
 from greso_jax.data.arith import ARITH_ALPHABET, make_arith_pools
 from greso_jax.data.pipeline import KeepAll, PromptPipeline
 from greso_jax.data.prompts import QWEN_MATH_SYSTEM, format_prompt
-from greso_jax.data.sources import PromptRow
+from greso_jax.data.rows import PromptRow
 from greso_jax.models.tokenizer import CharTokenizer, HFTokenizer
 
 ROWS, _ = make_arith_pools(40, 0, seed=5)

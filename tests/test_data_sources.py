@@ -4,10 +4,10 @@ golds; bad rows are errors naming file and row, or skipped and counted."""
 import json
 import os
 
-import ml_collections
 import pytest
 
-from greso_jax.data.sources import DataError, load_benchmark, load_jsonl, load_source, load_verl_parquet
+from greso_jax.data.sources import (DataError, load_benchmark, load_eval_sets, load_jsonl, load_source,
+                                    load_verl_parquet)
 
 README_ROWS = {
     "gsm8k/train.jsonl": 7473, "gsm8k/test.jsonl": 1319, "math500/test.jsonl": 500, "aime24/test.jsonl": 30,
@@ -123,12 +123,31 @@ def test_bad_parquet_rows(tmp_path):
         load_verl_parquet(str(tmp_path / "missing.parquet"))
 
 
-def test_load_source_from_config(shared_data):
-    config = ml_collections.ConfigDict({"source": "jsonl", "path": os.path.join(shared_data, "amc23", "test.jsonl"),
-                                        "skip_bad_rows": False, "arith_num_train": 30, "arith_num_heldout": 5,
-                                        "arith_seed": 0})
-    assert len(load_source(config)) == 40
-    config.source = "arith"
-    rows = load_source(config)
-    assert len(rows) == 30 and rows[0].data_source == "arith"
-    assert len(load_benchmark("synthetic", "", arith_num_train=30, arith_num_heldout=5, arith_seed=0)) == 5
+def test_load_source_takes_explicit_arguments(shared_data, tmp_path):
+    amc = os.path.join(shared_data, "amc23", "test.jsonl")
+    assert [r.question for r in load_source(source="jsonl", path=amc)] == [r.question for r in load_jsonl(amc)]
+    rows = load_source(source="arith", arith_num_train=30, arith_num_heldout=5, arith_seed=0)
+    assert len(rows) == 30 and rows[0].data_source == "arith" and rows.path == "arith"
+    assert [r.prompt_id for r in rows] == list(range(30))
+    assert rows == load_source(source="arith", arith_num_train=30, arith_num_heldout=5, arith_seed=0)
+    assert rows != load_source(source="arith", arith_num_train=30, arith_num_heldout=5, arith_seed=1)
+    heldout = load_benchmark("synthetic", "", arith_num_train=30, arith_num_heldout=5, arith_seed=0)
+    assert len(heldout) == 5 and not {r.question for r in heldout} & {r.question for r in rows}
+    bad = write_lines(tmp_path, "mine", [json.dumps({"question": "q", "answer": "1"}), "{", ""])
+    with pytest.raises(DataError, match=r"mine/test.jsonl:2"):
+        load_source(source="jsonl", path=bad)
+    assert len(load_source(source="jsonl", path=bad, skip_bad_rows=True)) == 1
+    with pytest.raises(DataError, match="source: unknown prompt source 'csv'"):
+        load_source(source="csv", path=amc)
+
+
+def test_load_eval_sets_in_order_cut_and_named(shared_data, tmp_path):
+    sets = load_eval_sets(["amc23", "synthetic"], data_dir=shared_data, max_problems=3, arith_num_train=30,
+                          arith_num_heldout=5, arith_seed=0)
+    assert list(sets) == ["amc23", "synthetic"]
+    assert sets["amc23"] == load_benchmark("amc23", shared_data)[:3]
+    assert sets["synthetic"] == load_benchmark("synthetic", "", arith_num_train=30, arith_num_heldout=5,
+                                               arith_seed=0)[:3]
+    assert len(load_eval_sets(["amc23"], data_dir=shared_data)["amc23"]) == 40
+    with pytest.raises(DataError, match=f"aime24 \\(data_dir {tmp_path}\\): .*no such file"):
+        load_eval_sets(["aime24"], data_dir=str(tmp_path))

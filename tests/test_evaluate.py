@@ -13,7 +13,7 @@ import pytest
 from conftest import make_hf_checkpoint
 from greso_jax.evaluate import (EvaluateError, average_metrics, benchmark_metrics, evaluate, resolve_checkpoint,
                                 results_table)
-from greso_jax.evaluation import pass_at_k, summarize
+from greso_jax.benchmark_scoring import pass_at_k, summarize
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 REAL_BENCHMARKS = ("math500", "aime24", "amc23", "minerva_math", "olympiadbench", "gaokao2023en", "gsm8k")
@@ -172,7 +172,7 @@ def test_bad_input_is_named(constant_policy, tmp_path):
         evaluate(constant_policy, top_p=1.5)
     with pytest.raises(EvaluateError, match="data.prompt_template"):
         evaluate(constant_policy, template="alpaca")
-    with pytest.raises(EvaluateError, match=r"aime24 \(--data_dir"):
+    with pytest.raises(EvaluateError, match=r"--benchmarks aime24 \(data_dir"):
         evaluate(constant_policy, benchmarks=["aime24"], data_dir=str(tmp_path))
 
 
@@ -203,13 +203,13 @@ def test_workdir_checkpoint_restores_the_trained_parameters(tmp_path):
     import jax
     import jax.numpy as jnp
 
-    from greso_jax import evaluation
+    from greso_jax.benchmark_scoring import sample_and_grade
     from greso_jax.checkpoint import Checkpointer
-    from greso_jax.components import build_tokenizer
     from greso_jax.data.sources import load_benchmark
-    from greso_jax.evaluate import TRAINER_EVAL_SEED_OFFSET, load_model, run_config
+    from greso_jax.evaluate import TRAINER_EVAL_SEED_OFFSET, run_config
     from greso_jax.models import PRESETS, init_model
     from greso_jax.parallel import make_mesh
+    from greso_jax.policy import build_tokenizer, load_policy
     from greso_jax.rewards.pool import GradingPool
     from greso_jax.rl.learner import Learner
 
@@ -232,7 +232,7 @@ def test_workdir_checkpoint_restores_the_trained_parameters(tmp_path):
     source = resolve_checkpoint(str(workdir))
     assert (source.kind, source.step) == ("workdir", 3)
     mesh = make_mesh(1, 1, 1, devices=jax.devices()[:1])
-    restored = load_model(source, run_config(source, None), mesh)
+    restored = load_policy(run_config(source, None), mesh, workdir=source.path, step=source.step)
     ids = jnp.asarray(np.random.default_rng(0).integers(1, 20, (2, 9)), jnp.int32)
     np.testing.assert_array_equal(np.asarray(restored(ids)), np.asarray(trained(ids)))
 
@@ -242,7 +242,7 @@ def test_workdir_checkpoint_restores_the_trained_parameters(tmp_path):
     rows = load_benchmark("synthetic", "", arith_num_heldout=50, arith_num_train=200,
                           arith_seed=config.data.arith_seed)[:8]
     with GradingPool(num_workers=0) as pool:
-        direct = evaluation.sample_and_grade(
+        direct = sample_and_grade(
             trained, build_tokenizer(config), rows, template=config.data.prompt_template, num_samples=2,
             temperature=config.eval.temperature, top_p=config.eval.top_p,
             max_new_tokens=config.sampling.max_new_tokens, seed=config.seed + TRAINER_EVAL_SEED_OFFSET, pool=pool,

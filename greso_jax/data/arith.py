@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from greso_jax.data.sources import PromptRow
+from greso_jax.data.rows import PromptRow
 from greso_jax.rewards.arith import TOTAL_SEPARATOR
 
 ARITH_ALPHABET = "0123456789+-*()=" + TOTAL_SEPARATOR

@@ -16,7 +16,7 @@ import grain
 import numpy as np
 
 from greso_jax.data.prompts import TEMPLATES, format_prompt
-from greso_jax.data.sources import PromptRow
+from greso_jax.data.rows import PromptRow
 
 STATE_VERSION = 1
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from greso_jax.data.sources import PromptRow
+from greso_jax.data.rows import PromptRow
 
 TEMPLATES = ("plain", "chat", "greso", "qwen_math")
 

@@ -8,13 +8,14 @@ the selectors index their per-prompt history arrays by them.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
+from greso_jax.data import arith
+from greso_jax.data.rows import PromptRow, PromptRows
 from greso_jax.rewards.math import gold_answer
 
 JSONL_FORMATS = ("gsm8k", "math500", "aime24", "amc23", "minerva_math", "olympiadbench", "gaokao2023en")
@@ -23,27 +24,6 @@ BENCHMARKS = JSONL_FORMATS + ("synthetic",)
 
 class DataError(ValueError):
     """Bad prompt data; the message names the file and the 1-based row."""
-
-
-@dataclasses.dataclass
-class PromptRow:
-    """One prompt. ground_truth holds the gold *answer* (already extracted from a solution)."""
-
-    prompt_id: int
-    question: str
-    ground_truth: str
-    data_source: str
-    difficulty: int = -1  # synthetic tasks: the difficulty level; real data: -1
-    messages: list[dict] | None = None  # the chat prompt as stored (verl parquet)
-
-
-class PromptRows(list):
-    """A list of PromptRow that also records where it came from and how many rows were skipped."""
-
-    def __init__(self, rows=(), *, path: str = "", num_bad_rows: int = 0):
-        super().__init__(rows)
-        self.path = path
-        self.num_bad_rows = num_bad_rows
 
 
 def _text(value: Any, field: str) -> str:
@@ -224,24 +204,43 @@ def load_benchmark(name: str, data_dir: str, *, arith_num_heldout: int = 600, ar
     """A named evaluation set: `data_dir/<name>/test.jsonl`, or "synthetic" (the arithmetic
     held-out pool for the given generator settings)."""
     if name == "synthetic":
-        from greso_jax.data.arith import make_arith_pools
-
-        _, heldout = make_arith_pools(arith_num_train, arith_num_heldout, arith_seed)
+        _, heldout = arith.make_arith_pools(arith_num_train, arith_num_heldout, arith_seed)
         return _check_not_empty(PromptRows(heldout, path="synthetic"), "synthetic")
     if name not in JSONL_FORMATS:
         raise DataError(f"unknown benchmark {name!r} (one of {', '.join(BENCHMARKS)})")
     return load_jsonl(os.path.join(data_dir, name, "test.jsonl"), format=name)
 
 
-def load_source(data_config) -> PromptRows:
-    """The training prompts named by a config's `data` section (source, path, skip_bad_rows, arith_*)."""
-    if data_config.source == "arith":
-        from greso_jax.data.arith import make_arith_pools
+def load_eval_sets(benchmarks: Sequence[str], *, data_dir: str = "", max_problems: int = 0,
+                   arith_num_train: int = 3000, arith_num_heldout: int = 600,
+                   arith_seed: int = 1234) -> dict[str, PromptRows]:
+    """{name: rows} for each of `benchmarks`, in order, each cut to its first `max_problems`
+    rows (0: all); "synthetic" is the arithmetic held-out pool of the given generator settings."""
+    sets = {}
+    for name in benchmarks:
+        try:
+            rows = load_benchmark(name, data_dir, arith_num_train=arith_num_train,
+                                  arith_num_heldout=arith_num_heldout, arith_seed=arith_seed)
+        except DataError as e:
+            raise DataError(f"{name} (data_dir {data_dir or '.'}): {e}") from None
+        if max_problems:
+            rows = PromptRows(rows[:max_problems], path=rows.path, num_bad_rows=rows.num_bad_rows)
+        sets[name] = rows
+    return sets
 
-        train, _ = make_arith_pools(data_config.arith_num_train, data_config.arith_num_heldout, data_config.arith_seed)
+
+SOURCES = ("arith", "parquet", "jsonl")
+
+
+def load_source(*, source: str, path: str = "", skip_bad_rows: bool = False, arith_num_train: int = 3000,
+                arith_num_heldout: int = 600, arith_seed: int = 1234) -> PromptRows:
+    """The training prompts: the arithmetic training pool of the given generator settings
+    (source "arith"), or the verl parquet / jsonl file at `path`."""
+    if source == "arith":
+        train, _ = arith.make_arith_pools(arith_num_train, arith_num_heldout, arith_seed)
         return _check_not_empty(PromptRows(train, path="arith"), "arith")
-    if data_config.source == "parquet":
-        return load_verl_parquet(data_config.path, skip_bad_rows=data_config.skip_bad_rows)
-    if data_config.source == "jsonl":
-        return load_jsonl(data_config.path, skip_bad_rows=data_config.skip_bad_rows)
-    raise DataError(f"data.source: unknown source {data_config.source!r}")
+    if source == "parquet":
+        return load_verl_parquet(path, skip_bad_rows=skip_bad_rows)
+    if source == "jsonl":
+        return load_jsonl(path, skip_bad_rows=skip_bad_rows)
+    raise DataError(f"source: unknown prompt source {source!r} (one of {', '.join(SOURCES)})")

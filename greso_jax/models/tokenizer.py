@@ -119,14 +119,3 @@ def _read_json(path: str) -> dict:
         return {}
     with open(path) as f:
         return json.load(f)
-
-
-def load_tokenizer(kind: str, path: str = "", alphabet: str | None = None, vocab_size: int | None = None):
-    """kind "hf": the folder's tokenizer; kind "char": a CharTokenizer over `alphabet`."""
-    if kind == "hf":
-        return HFTokenizer(path)
-    if kind == "char":
-        if alphabet is None:
-            raise ValueError("a char tokenizer needs its alphabet")
-        return CharTokenizer(alphabet, vocab_size)
-    raise ValueError(f"unknown tokenizer kind {kind!r}")

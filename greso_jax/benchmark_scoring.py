@@ -1,4 +1,7 @@
-"""Sampling-based evaluation: pass@1, avg@k and unbiased pass@k over a list of problems."""
+"""Benchmark scoring: pass@1, avg@k and unbiased pass@k of k sampled, graded responses per problem.
+
+`sample_and_grade` is the code both the trainer's in-training evaluation and the evaluate CLI run.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from greso_jax.data.prompts import format_prompt
 from greso_jax.sampling import generate
 
 # In-training evaluation samples with seed + EVAL_SEED_OFFSET, a stream no rollout key uses,
-# so `greso_jax.evaluate` on a saved step reproduces the trainer's numbers exactly.
+# so the `greso_jax.evaluate` CLI on a saved step reproduces the trainer's numbers exactly.
 EVAL_SEED_OFFSET = 1_000_003
 
 

@@ -1,0 +1,81 @@
+"""Builds the tokenizer and the policy from a config.
+
+Training starts from a Hugging Face folder or from a preset trained from scratch with a cached
+supervised warm start; evaluation loads a Hugging Face folder or the parameters of a run's checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+from flax import nnx
+
+from greso_jax.checkpoint import restore_params
+from greso_jax.data import arith
+from greso_jax.data.prompts import format_prompt
+from greso_jax.models import (PRESETS, CharTokenizer, HFTokenizer, ModelConfig, abstract_model, from_pretrained,
+                              init_model, param_shardings, place_on_mesh)
+from greso_jax.models.weights import read_model_config
+from greso_jax.warmstart import cached_warmstart
+
+
+def build_tokenizer(config):
+    """model.tokenizer "hf": model.path's tokenizer.json; "char": the arithmetic alphabet, padded to
+    the preset's vocabulary when the model is a preset."""
+    if config.model.tokenizer == "hf":
+        return HFTokenizer(config.model.path)
+    vocab = PRESETS[config.model.preset].vocab_size if not config.model.path else None
+    return CharTokenizer(arith.ARITH_ALPHABET, vocab_size=vocab)
+
+
+def model_config(config) -> ModelConfig:
+    """The architecture of model.path's config.json, else of model.preset, with the config's dtype,
+    param_dtype and remat."""
+    m = config.model
+    if m.path:
+        return read_model_config(m.path, dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat)
+    if m.preset not in PRESETS:
+        raise ValueError(f"model.preset: {m.preset!r} is not one of {', '.join(PRESETS)}")
+    return PRESETS[m.preset].replace(dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat)
+
+
+def build_policy(config, tokenizer, train_rows, workdir: str, mesh, log=print):
+    """The policy a run starts from, placed on `mesh`: model.path's weights, else the preset
+    initialised from config.seed and, for arithmetic with train.warmstart_steps, supervised on
+    `train_rows`' solutions (cached under workdir/warmstart)."""
+    m = config.model
+    if m.path:
+        return from_pretrained(m.path, dtype=m.dtype, mesh=mesh, param_dtype=m.param_dtype, remat=m.remat)
+    cfg = model_config(config)
+    if tokenizer.vocab_size > cfg.vocab_size:
+        raise ValueError(f"model.preset: {m.preset} has vocab_size {cfg.vocab_size}, smaller than the "
+                         f"tokenizer's {tokenizer.vocab_size}")
+    model = init_model(cfg, seed=config.seed)
+    t = config.train
+    if t.warmstart_steps and config.data.source == "arith":
+        pairs = [(tokenizer.encode(format_prompt(row, config.data.prompt_template, tokenizer)),
+                  tokenizer.encode(arith.solution_text(row))) for row in train_rows]
+        width = max(len(p) + len(s) + 1 for p, s in pairs)
+        model = cached_warmstart(model, pairs, cache_dir=os.path.join(workdir, "warmstart"),
+                                 eos_id=tokenizer.eos_ids[0], pad_id=tokenizer.pad_id, width=width,
+                                 steps=t.warmstart_steps, batch_size=t.warmstart_batch_size,
+                                 learning_rate=t.warmstart_learning_rate, seed=config.seed, log=log,
+                                 write_cache=jax.process_index() == 0)
+    return place_on_mesh(model, mesh)
+
+
+def load_policy(config, mesh, *, workdir: str = "", step: int | None = None):
+    """The policy to evaluate, placed on `mesh` as its logical axes ask: the parameters of `step`
+    of the run in `workdir` (the architecture from `model_config`), or without a workdir the
+    Hugging Face folder model.path. Raises checkpoint.CheckpointError for a missing or
+    mismatched step."""
+    m = config.model
+    if not workdir:
+        return from_pretrained(m.path, dtype=m.dtype, mesh=mesh, param_dtype=m.param_dtype)
+    # Evaluation never differentiates, so rematerialisation would only cost compile time.
+    abstract = abstract_model(model_config(config).replace(remat=False))
+    params = restore_params(workdir, step, abstract, param_shardings(abstract, mesh))
+    graphdef, state = nnx.split(abstract)
+    state.replace_by_pure_dict(params)
+    return nnx.merge(graphdef, state)
