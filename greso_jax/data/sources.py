@@ -15,6 +15,7 @@ import os
 import re
 from typing import Any, Callable
 
+from greso_jax.data import catalog
 from greso_jax.rewards.math import gold_answer
 
 JSONL_FORMATS = ("gsm8k", "math500", "aime24", "amc23", "minerva_math", "olympiadbench", "gaokao2023en")
@@ -230,7 +231,10 @@ def load_benchmark(name: str, data_dir: str, *, arith_num_heldout: int = 600, ar
         return _check_not_empty(PromptRows(heldout, path="synthetic"), "synthetic")
     if name not in JSONL_FORMATS:
         raise DataError(f"unknown benchmark {name!r} (one of {', '.join(BENCHMARKS)})")
-    return load_jsonl(os.path.join(data_dir, name, "test.jsonl"), format=name)
+    try:  # "" = the fetch cache / $GRESO_DATA
+        return load_jsonl(catalog.locate(name, os.path.join(name, "test.jsonl"), data_dir), format=name)
+    except catalog.MissingDataError as e:
+        raise DataError(str(e)) from None
 
 
 def load_source(data_config) -> PromptRows:
@@ -240,8 +244,11 @@ def load_source(data_config) -> PromptRows:
 
         train, _ = make_arith_pools(data_config.arith_num_train, data_config.arith_num_heldout, data_config.arith_seed)
         return _check_not_empty(PromptRows(train, path="arith"), "arith")
+    # a named set (data.dataset, checked by configs.validate): its file in data.data_dir or the fetch cache
+    dataset = data_config.get("dataset")
+    path = catalog.training_file(dataset, data_config.data_dir) if dataset else data_config.path
     if data_config.source == "parquet":
-        return load_verl_parquet(data_config.path, skip_bad_rows=data_config.skip_bad_rows)
+        return load_verl_parquet(path, skip_bad_rows=data_config.skip_bad_rows)
     if data_config.source == "jsonl":
-        return load_jsonl(data_config.path, skip_bad_rows=data_config.skip_bad_rows)
+        return load_jsonl(path, skip_bad_rows=data_config.skip_bad_rows)
     raise DataError(f"data.source: unknown source {data_config.source!r}")
