@@ -281,7 +281,8 @@ class Trainer:
     def run(self) -> dict[str, Any]:
         c = self.config
         start_step = self._restore()
-        writer = MetricsWriter(self.workdir, enabled=self.is_main, resume_step=start_step if start_step else None)
+        writer = MetricsWriter(self.workdir, enabled=self.is_main, resume_step=start_step if start_step else None,
+                               config=c)
         progress = Progress(c.train.num_steps, start_step, quiet=c.train.quiet, enabled=self.is_main)
         try:
             if start_step == 0:
