@@ -16,6 +16,7 @@ import os
 import ml_collections
 
 from greso_jax import selection
+from greso_jax.data import catalog
 from greso_jax.data.prompts import TEMPLATES as PROMPT_TEMPLATES
 from greso_jax.rewards.math import SHAPINGS as REWARD_SHAPINGS
 from greso_jax.rl.advantages import ADVANTAGE_MODES
@@ -56,6 +57,10 @@ def get_config() -> ml_collections.ConfigDict:
     c.data.reward_shaping = "binary"
     c.data.grading_timeout_s = 2.0
     c.data.grading_workers = 1
+    # a named public set (greso_jax.data.catalog; "" = data.path) and the folder holding it
+    # ("" = $GRESO_DATA, else the cache `python -m greso_jax.data.fetch` fills)
+    c.data.dataset = ""
+    c.data.data_dir = ""
 
     c.sampling = ml_collections.ConfigDict()
     c.sampling.max_new_tokens = 32
@@ -123,6 +128,12 @@ def get_config() -> ml_collections.ConfigDict:
     c.eval.benchmarks = ("synthetic",)
     c.eval.max_problems = 0  # 0: all
     c.eval.data_dir = ""  # folder holding the benchmark sets (../shared/data layout)
+
+    c.logging = ml_collections.ConfigDict()  # optional sinks beside metrics.jsonl and TensorBoard
+    c.logging.wandb = False  # needs `pip install -e .[wandb]`
+    c.logging.wandb_project = "greso_jax"
+    c.logging.wandb_entity = ""  # "" = the W&B default entity of the logged-in user
+    c.logging.wandb_run_name = ""  # "" = the workdir's name
     return c
 
 
@@ -140,6 +151,10 @@ def _positive_ints(value) -> str | None:
 
 def _mesh_axis(value) -> str | None:
     return None if value == -1 or value >= 1 else "must be >= 1, or -1 to fill"
+
+
+def _dataset_name(value) -> str | None:
+    return None if value in ("", *catalog.TRAINING_SETS) else f"must be '' or one of {', '.join(catalog.TRAINING_SETS)}"
 
 
 FIELD_SPECS: dict[str, Spec] = {
@@ -162,6 +177,8 @@ FIELD_SPECS: dict[str, Spec] = {
     "data.reward_shaping": Spec(STR, choices=REWARD_SHAPINGS),
     "data.grading_timeout_s": Spec(FLOAT, 0, 60, low_open=True),
     "data.grading_workers": Spec(INT, 0),
+    "data.dataset": Spec(STR, check=_dataset_name),
+    "data.data_dir": Spec(STR),
     "sampling.max_new_tokens": Spec(INT, 1),
     "sampling.temperature": Spec(FLOAT, 0),
     "sampling.top_p": Spec(FLOAT, 0, 1, low_open=True),
@@ -210,6 +227,10 @@ FIELD_SPECS: dict[str, Spec] = {
     "eval.benchmarks": Spec(SEQ),
     "eval.max_problems": Spec(INT, 0),
     "eval.data_dir": Spec(STR),
+    "logging.wandb": Spec(BOOL),
+    "logging.wandb_project": Spec(STR, check=lambda v: None if v.strip() else "must not be empty"),
+    "logging.wandb_entity": Spec(STR),
+    "logging.wandb_run_name": Spec(STR),
 }
 
 
@@ -220,6 +241,17 @@ def _lookup(config: ml_collections.ConfigDict, dotted: str):
             raise ConfigError(f"{dotted}: missing from the config")
         node = node[part]
     return node
+
+
+def _check_dataset(data: ml_collections.ConfigDict) -> None:
+    """A named training set must match data.source's format and be in the data folder."""
+    fmt = catalog.DATASETS[data.dataset].format
+    if data.source != fmt:
+        raise ConfigError(f"data.source: data.dataset={data.dataset!r} is a {fmt} set; set data.source={fmt!r}")
+    try:
+        catalog.training_file(data.dataset, data.data_dir)
+    except catalog.MissingDataError as e:
+        raise ConfigError(f"data.dataset: {e}") from None
 
 
 def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -235,7 +267,9 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     if (rl.mini_batch_size * rl.group_size) % rl.micro_batch_size:
         raise ConfigError(f"rl.micro_batch_size: {rl.micro_batch_size} must divide the responses of a "
                           f"mini-batch ({rl.mini_batch_size} x {rl.group_size})")
-    if data.source in ("parquet", "jsonl"):
+    if data.source in ("parquet", "jsonl") and data.dataset:
+        _check_dataset(data)
+    elif data.source in ("parquet", "jsonl"):
         if not data.path:
             raise ConfigError(f"data.path: required for data.source={data.source!r}")
         if not os.path.exists(data.path):

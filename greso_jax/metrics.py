@@ -1,10 +1,11 @@
-"""Run records: metrics.jsonl + TensorBoard, the progress bar, end-of-run plots and summary table."""
+"""Run records: metrics.jsonl + TensorBoard (+ Weights & Biases), the progress bar, end-of-run plots and summary table."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+import secrets
 from typing import Iterable
 
 import numpy as np
@@ -13,13 +14,14 @@ import numpy as np
 class MetricsWriter:
     """Appends one JSON object per step to `workdir/metrics.jsonl` and mirrors scalars to
     TensorBoard. On resume from `resume_step`, lines of later steps (written by the killed
-    run after its last checkpoint) are dropped so the file reads as one uninterrupted run."""
+    run after its last checkpoint) are dropped so the file reads as one uninterrupted run.
+    With a run `config` whose logging.wandb is on, every line also goes to Weights & Biases."""
 
     def __init__(self, workdir: str, *, enabled: bool = True, resume_step: int | None = None,
-                 tensorboard: bool = True):
+                 tensorboard: bool = True, config=None):
         self.enabled = enabled
         self.path = os.path.join(workdir, "metrics.jsonl")
-        self._tb = None
+        self._tb = self._wandb = None
         if not enabled:
             return
         os.makedirs(workdir, exist_ok=True)
@@ -28,6 +30,8 @@ class MetricsWriter:
             from tensorboardX import SummaryWriter
 
             self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+        if config is not None and config.get("logging") is not None and config.logging.wandb:
+            self._wandb = WandbSink(workdir, config)
 
     def write(self, step: int, metrics: dict) -> None:
         if not self.enabled:
@@ -40,10 +44,57 @@ class MetricsWriter:
                 if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
                     self._tb.add_scalar(key, value, step)
             self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log(step, record)
 
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
+        if self._wandb is not None:
+            self._wandb.close()
+
+
+class WandbSink:
+    """A Weights & Biases run for a workdir. Its id is kept in `workdir/wandb_run_id`, so a
+    resumed training run continues the same W&B run; project, entity and name come from the
+    config's logging section, and the whole config is the run's config. `wandb` is optional:
+    it is imported only here."""
+
+    ID_FILE = "wandb_run_id"
+
+    def __init__(self, workdir: str, config):
+        try:
+            import wandb
+        except ImportError:
+            raise ImportError("logging.wandb=True needs the wandb package: pip install -e .[wandb]") from None
+        id_path = os.path.join(workdir, self.ID_FILE)
+        if os.path.exists(id_path):
+            with open(id_path) as f:
+                run_id = f.read().strip()
+        else:
+            run_id = secrets.token_hex(6)  # W&B run ids are [a-z0-9]; ours are random hex
+            with open(id_path, "w") as f:
+                f.write(run_id + "\n")
+        settings = config.logging
+        self._run = wandb.init(
+            project=settings.wandb_project, entity=settings.wandb_entity or None,
+            name=settings.wandb_run_name or os.path.basename(os.path.abspath(workdir)), id=run_id, resume="allow",
+            # passed on every init: wandb reads WANDB_DIR only once per process
+            config=config.to_dict(), dir=os.environ.get("WANDB_DIR") or workdir)
+        self.run_id = run_id
+
+    def log(self, step: int, record: dict) -> None:
+        # A resumed run recomputes the steps after its last checkpoint; W&B already holds the
+        # killed run's lines for them (the same values: every key derives from seed and step),
+        # and it refuses steps below its current one, so those are skipped here quietly.
+        if step < self._run.step:
+            return
+        scalars = {k: v for k, v in record.items() if k != "step" and isinstance(v, (int, float))
+                   and not isinstance(v, bool) and math.isfinite(v)}
+        self._run.log(scalars, step=step)
+
+    def close(self) -> None:
+        self._run.finish()
 
 
 def _plain(value):

@@ -20,6 +20,7 @@ import numpy as np
 from greso_jax.benchmark_scoring import EVAL_SEED_OFFSET, sample_and_grade, summarize
 from greso_jax.checkpoint import Checkpointer, checkpoint_dir, restore_run_state, save_run_state
 from greso_jax.configs import validate
+from greso_jax.data import catalog
 from greso_jax.data.pipeline import PromptPipeline
 from greso_jax.data.sources import load_eval_sets, load_source
 from greso_jax.metrics import MetricsWriter, Progress, format_table, plot_run, read_metrics
@@ -39,7 +40,8 @@ def _load_rows(c):
     d = c.data
     arith = {"arith_num_train": d.arith_num_train, "arith_num_heldout": d.arith_num_heldout,
              "arith_seed": d.arith_seed}
-    train = load_source(source=d.source, path=d.path, skip_bad_rows=d.skip_bad_rows, **arith)
+    path = catalog.training_file(d.dataset, d.data_dir) if d.dataset else d.path
+    train = load_source(source=d.source, path=path, skip_bad_rows=d.skip_bad_rows, **arith)
     # "synthetic" is the held-out half of the arithmetic pool: a run on other data has none
     benchmarks = [b for b in c.eval.benchmarks if b != "synthetic" or (d.source == "arith" and d.arith_num_heldout)]
     return train, load_eval_sets(benchmarks, data_dir=c.eval.data_dir, max_problems=c.eval.max_problems, **arith)
@@ -287,7 +289,8 @@ class Trainer:
     def run(self) -> dict[str, Any]:
         c = self.config
         start_step = self._restore()
-        writer = MetricsWriter(self.workdir, enabled=self.is_main, resume_step=start_step if start_step else None)
+        writer = MetricsWriter(self.workdir, enabled=self.is_main, resume_step=start_step if start_step else None,
+                               config=c)
         progress = Progress(c.train.num_steps, start_step, quiet=c.train.quiet, enabled=self.is_main)
         try:
             if start_step == 0:

@@ -4,7 +4,11 @@ import os
 
 import pytest
 
-SHARED_DATA = os.environ.get("GRESO_SHARED_DATA", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
+from greso_jax.data.catalog import default_root
+
+# the data sets: $GRESO_SHARED_DATA, else ../shared/data beside the clone, else the fetch cache
+_SIBLING_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+SHARED_DATA = os.environ.get("GRESO_SHARED_DATA") or (_SIBLING_DATA if os.path.isdir(_SIBLING_DATA) else default_root())
 
 
 def make_hf_checkpoint(path, *, vocab=97, hidden=64, inter=96, layers=2, heads=4, kv_heads=2, tied=False,
@@ -31,7 +35,8 @@ def make_hf_checkpoint(path, *, vocab=97, hidden=64, inter=96, layers=2, heads=4
 def shared_data():
     path = os.path.abspath(SHARED_DATA)
     if not os.path.isdir(path):
-        pytest.skip(f"shared data not found at {path}")
+        pytest.skip(f"data sets not found at {path}: fetch them with `python -m greso_jax.data.fetch all` "
+                    "(or point GRESO_SHARED_DATA at a folder in that layout, docs/data.md)")
     return path
 
 

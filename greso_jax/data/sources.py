@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 
 from greso_jax.data import arith
 from greso_jax.data.rows import PromptRow, PromptRows
+from greso_jax.data import catalog
 from greso_jax.rewards.math import gold_answer
 
 JSONL_FORMATS = ("gsm8k", "math500", "aime24", "amc23", "minerva_math", "olympiadbench", "gaokao2023en")
@@ -208,7 +209,10 @@ def load_benchmark(name: str, data_dir: str, *, arith_num_heldout: int = 600, ar
         return _check_not_empty(PromptRows(heldout, path="synthetic"), "synthetic")
     if name not in JSONL_FORMATS:
         raise DataError(f"unknown benchmark {name!r} (one of {', '.join(BENCHMARKS)})")
-    return load_jsonl(os.path.join(data_dir, name, "test.jsonl"), format=name)
+    try:  # "" = the fetch cache / $GRESO_DATA
+        return load_jsonl(catalog.locate(name, os.path.join(name, "test.jsonl"), data_dir), format=name)
+    except catalog.MissingDataError as e:
+        raise DataError(str(e)) from None
 
 
 def load_eval_sets(benchmarks: Sequence[str], *, data_dir: str = "", max_problems: int = 0,

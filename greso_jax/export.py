@@ -1,0 +1,189 @@
+"""CLI: a run's trained policy as a Hugging Face folder that transformers and vLLM load.
+
+  python -m greso_jax.export --workdir runs/arith_tiny --out exported/arith_tiny
+  python -m greso_jax.export --workdir runs/qwen2_5_math_1_5b_greso --step 500 \
+      --out /models/greso-qwen2.5-math-1.5b --dtype bfloat16
+  vllm serve /models/greso-qwen2.5-math-1.5b
+
+The folder holds config.json, model.safetensors (sharded above 4 GiB), the tokenizer files and
+generation_config.json with the EOS and pad ids the run used. Tokenizers: a `model.tokenizer="hf"`
+run gets the files of its model.path copied; a `"char"` run (the synthetic tasks) gets a
+tokenizer.json written for its alphabet (a WordLevel model over single characters).
+Exit status 2 on bad input, with a one-line message naming the flag or file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+
+import ml_collections
+
+from greso_jax.configs import DTYPES
+
+# the files a Hugging Face tokenizer folder may hold (transformers writes the chat template to its own file)
+HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                      "vocab.json", "merges.txt", "chat_template.jinja")
+# CharTokenizer.apply_chat_template as Jinja: the contents of the non-system messages, concatenated
+CHAR_CHAT_TEMPLATE = "{% for m in messages %}{% if m['role'] != 'system' %}{{ m['content'] }}{% endif %}{% endfor %}"
+
+
+class ExportError(ValueError):
+    """A bad workdir, step or output folder; the message names it."""
+
+
+def _restore_params(workdir: str, step: int, abstract_model, shardings) -> dict:
+    """The parameters of a workdir checkpoint (orbax partial restore: no optimiser state)."""
+    from greso_jax.evaluate import restore_params
+
+    return restore_params(workdir, step, abstract_model, shardings)
+
+
+def run_config(workdir: str) -> ml_collections.ConfigDict:
+    path = os.path.join(workdir, "config.json")
+    if not os.path.exists(path):
+        raise ExportError(f"--workdir: {path} is missing (not a greso_jax run folder)")
+    with open(path) as f:
+        return ml_collections.ConfigDict(json.load(f))
+
+
+def checkpoint_step(workdir: str, step: int | None) -> int:
+    """`step`, or the latest finished checkpoint of the run."""
+    folder = os.path.join(workdir, "checkpoints")
+    steps = sorted(int(n) for n in os.listdir(folder) if n.isdigit()) if os.path.isdir(folder) else []
+    if not steps:
+        raise ExportError(f"--workdir: {folder} holds no checkpoint")
+    if step is None:
+        return steps[-1]
+    if step not in steps:
+        raise ExportError(f"--step: {folder} has no step {step} (steps: {', '.join(map(str, steps))})")
+    return step
+
+
+def load_policy(workdir: str, step: int, config):
+    """The run's model (architecture from its config) with the parameters of `step`."""
+    import jax
+    from flax import nnx
+
+    from greso_jax.models import PRESETS, abstract_model, param_shardings
+    from greso_jax.models.weights import read_model_config
+    from greso_jax.parallel import make_mesh
+
+    m = config.model
+    if m.path:
+        model_cfg = read_model_config(m.path, dtype=m.dtype, param_dtype=m.param_dtype)
+    elif m.preset in PRESETS:
+        model_cfg = PRESETS[m.preset].replace(dtype=m.dtype, param_dtype=m.param_dtype)
+    else:
+        raise ExportError(f"model.preset: {m.preset!r} (from {workdir}/config.json) is not one of {', '.join(PRESETS)}")
+    abstract = abstract_model(model_cfg)
+    # one device: the export gathers every parameter on this host anyway
+    shardings = param_shardings(abstract, make_mesh(1, 1, 1, devices=jax.devices()[:1]))
+    try:
+        params = _restore_params(workdir, step, abstract, shardings)
+    except ValueError as e:  # the restore names the step and what does not match
+        raise ExportError(str(e)) from None
+    graphdef, state = nnx.split(abstract)
+    state.replace_by_pure_dict(params)
+    return nnx.merge(graphdef, state)
+
+
+def write_char_tokenizer(tokenizer, out: str, max_length: int) -> None:
+    """tokenizer.json + tokenizer_config.json that encode and decode like `tokenizer` (a CharTokenizer)."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {tokenizer.PAD: tokenizer.pad_id, tokenizer.EOS: tokenizer.eos_ids[0]}
+    vocab |= {ch: i + 2 for i, ch in enumerate(tokenizer.alphabet)}
+    hf = Tokenizer(models.WordLevel(vocab, unk_token=tokenizer.PAD))
+    hf.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")  # every character is a token
+    hf.decoder = decoders.Fuse()  # joined without spaces
+    hf.add_special_tokens([AddedToken(tokenizer.PAD, special=True), AddedToken(tokenizer.EOS, special=True)])
+    hf.save(os.path.join(out, "tokenizer.json"))
+    _write_json(os.path.join(out, "tokenizer_config.json"), {
+        "tokenizer_class": "PreTrainedTokenizerFast", "pad_token": tokenizer.PAD, "eos_token": tokenizer.EOS,
+        "model_max_length": max_length, "clean_up_tokenization_spaces": False, "chat_template": CHAR_CHAT_TEMPLATE})
+
+
+def _copy_hf_tokenizer(model_path: str, out: str) -> None:
+    if not os.path.exists(os.path.join(model_path, "tokenizer.json")):
+        raise ExportError(f"model.path: {model_path} has no tokenizer.json to export")
+    for name in HF_TOKENIZER_FILES:
+        if os.path.exists(os.path.join(model_path, name)):
+            shutil.copyfile(os.path.join(model_path, name), os.path.join(out, name))
+
+
+def _write_json(path: str, value: dict) -> None:
+    with open(path, "w") as f:
+        json.dump(value, f, indent=2)
+        f.write("\n")
+
+
+def _generation_config(config, tokenizer) -> dict:
+    """The model folder's generation_config.json (hf runs) with the run's EOS and pad ids."""
+    base = {}
+    source = os.path.join(config.model.path, "generation_config.json") if config.model.path else ""
+    if source and os.path.exists(source):
+        with open(source) as f:
+            base = json.load(f)
+    return base | {"eos_token_id": list(tokenizer.eos_ids), "pad_token_id": tokenizer.pad_id}
+
+
+def export(workdir: str, out: str, *, step: int | None = None, dtype: str | None = None) -> str:
+    """Writes the policy of `workdir` at `step` (default: the latest) to the folder `out`; returns it."""
+    from greso_jax.components import build_tokenizer
+    from greso_jax.models import save_pretrained
+
+    workdir, out = os.path.abspath(workdir), os.path.abspath(out)
+    if not os.path.isdir(workdir):
+        raise ExportError(f"--workdir: no such folder: {workdir}")
+    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise ExportError(f"--out: {out} exists and is not an empty folder")
+    if dtype is not None and dtype not in DTYPES:
+        raise ExportError(f"--dtype: {dtype!r} is not one of {', '.join(DTYPES)}")
+    config = run_config(workdir)
+    step = checkpoint_step(workdir, step)
+    model = load_policy(workdir, step, config)
+    tokenizer = build_tokenizer(config)
+    save_pretrained(model, out, dtype=dtype or config.model.param_dtype)
+    hf_config_path = os.path.join(out, "config.json")
+    with open(hf_config_path) as f:
+        hf_config = json.load(f)
+    # transformers 5 reads "dtype" ("torch_dtype" is its deprecated spelling); the ids let it
+    # and vLLM stop and pad like the run did
+    hf_config["dtype"] = hf_config.pop("torch_dtype")
+    hf_config |= {"eos_token_id": list(tokenizer.eos_ids), "pad_token_id": tokenizer.pad_id}
+    _write_json(hf_config_path, hf_config)
+    _write_json(os.path.join(out, "generation_config.json"), _generation_config(config, tokenizer))
+    if config.model.tokenizer == "hf":
+        _copy_hf_tokenizer(config.model.path, out)
+    else:
+        write_char_tokenizer(tokenizer, out, model.cfg.max_position_embeddings)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m greso_jax.export", description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", required=True, help="the run's folder (config.json, checkpoints/)")
+    parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")
+    parser.add_argument("--out", required=True, help="new or empty folder for the Hugging Face files")
+    parser.add_argument("--dtype", default=None, help=f"weights dtype, one of {', '.join(DTYPES)} "
+                                                      "(default: the run's model.param_dtype)")
+    args = parser.parse_args(argv)
+    try:
+        out = export(args.workdir, args.out, step=args.step, dtype=args.dtype)
+    except (ExportError, FileNotFoundError) as e:
+        print(f"export: {e}", file=sys.stderr)
+        return 2
+    print(f"exported {args.workdir} step {checkpoint_step(os.path.abspath(args.workdir), args.step)} to {out}")
+    return 0
+
+
+def run() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()
