@@ -38,12 +38,17 @@ def checkpoint_dir(workdir: str) -> str:
     return os.path.join(workdir, CHECKPOINTS_FOLDER)
 
 
+def finished_steps(checkpoint_dir: str) -> list[int]:
+    """The finished steps in `checkpoint_dir`, ascending. Orbax writes a step under a temporary
+    name and renames it when complete, so only all-digit folder names are finished."""
+    return sorted(int(name) for name in os.listdir(checkpoint_dir)
+                  if name.isdigit() and os.path.isdir(os.path.join(checkpoint_dir, name)))
+
+
 def latest_step(checkpoint_dir: str) -> int | None:
-    """The highest finished step in `checkpoint_dir` (None: none). Orbax writes a step under a
-    temporary name and renames it when complete, so only all-digit folder names are finished."""
-    steps = [int(name) for name in os.listdir(checkpoint_dir) if name.isdigit()
-             and os.path.isdir(os.path.join(checkpoint_dir, name))]
-    return max(steps) if steps else None
+    """The highest finished step in `checkpoint_dir` (None: none)."""
+    steps = finished_steps(checkpoint_dir)
+    return steps[-1] if steps else None
 
 
 def _all_finite(tree) -> bool:

@@ -22,6 +22,7 @@ import sys
 
 import ml_collections
 
+from greso_jax.checkpoint import checkpoint_dir, finished_steps
 from greso_jax.configs import DTYPES
 
 # the files a Hugging Face tokenizer folder may hold (transformers writes the chat template to its own file)
@@ -35,13 +36,6 @@ class ExportError(ValueError):
     """A bad workdir, step or output folder; the message names it."""
 
 
-def _restore_params(workdir: str, step: int, abstract_model, shardings) -> dict:
-    """The parameters of a workdir checkpoint (orbax partial restore: no optimiser state)."""
-    from greso_jax.evaluate import restore_params
-
-    return restore_params(workdir, step, abstract_model, shardings)
-
-
 def run_config(workdir: str) -> ml_collections.ConfigDict:
     path = os.path.join(workdir, "config.json")
     if not os.path.exists(path):
@@ -52,8 +46,8 @@ def run_config(workdir: str) -> ml_collections.ConfigDict:
 
 def checkpoint_step(workdir: str, step: int | None) -> int:
     """`step`, or the latest finished checkpoint of the run."""
-    folder = os.path.join(workdir, "checkpoints")
-    steps = sorted(int(n) for n in os.listdir(folder) if n.isdigit()) if os.path.isdir(folder) else []
+    folder = checkpoint_dir(workdir)
+    steps = finished_steps(folder) if os.path.isdir(folder) else []
     if not steps:
         raise ExportError(f"--workdir: {folder} holds no checkpoint")
     if step is None:
@@ -63,32 +57,23 @@ def checkpoint_step(workdir: str, step: int | None) -> int:
     return step
 
 
-def load_policy(workdir: str, step: int, config):
-    """The run's model (architecture from its config) with the parameters of `step`."""
+def load_exported_policy(workdir: str, step: int, config):
+    """The run's model (architecture from its config) with the parameters of `step`, on one device:
+    the export gathers every parameter on this host anyway."""
     import jax
-    from flax import nnx
 
-    from greso_jax.models import PRESETS, abstract_model, param_shardings
-    from greso_jax.models.weights import read_model_config
+    from greso_jax.checkpoint import CheckpointError
+    from greso_jax.models import PRESETS
     from greso_jax.parallel import make_mesh
+    from greso_jax.policy import load_policy
 
-    m = config.model
-    if m.path:
-        model_cfg = read_model_config(m.path, dtype=m.dtype, param_dtype=m.param_dtype)
-    elif m.preset in PRESETS:
-        model_cfg = PRESETS[m.preset].replace(dtype=m.dtype, param_dtype=m.param_dtype)
-    else:
-        raise ExportError(f"model.preset: {m.preset!r} (from {workdir}/config.json) is not one of {', '.join(PRESETS)}")
-    abstract = abstract_model(model_cfg)
-    # one device: the export gathers every parameter on this host anyway
-    shardings = param_shardings(abstract, make_mesh(1, 1, 1, devices=jax.devices()[:1]))
+    if not config.model.path and config.model.preset not in PRESETS:
+        raise ExportError(f"model.preset: {config.model.preset!r} (from {workdir}/config.json) is not one of "
+                          f"{', '.join(PRESETS)}")
     try:
-        params = _restore_params(workdir, step, abstract, shardings)
-    except ValueError as e:  # the restore names the step and what does not match
+        return load_policy(config, make_mesh(1, 1, 1, devices=jax.devices()[:1]), workdir=workdir, step=step)
+    except CheckpointError as e:  # names the step and what does not match
         raise ExportError(str(e)) from None
-    graphdef, state = nnx.split(abstract)
-    state.replace_by_pure_dict(params)
-    return nnx.merge(graphdef, state)
 
 
 def write_char_tokenizer(tokenizer, out: str, max_length: int) -> None:
@@ -133,7 +118,7 @@ def _generation_config(config, tokenizer) -> dict:
 
 def export(workdir: str, out: str, *, step: int | None = None, dtype: str | None = None) -> str:
     """Writes the policy of `workdir` at `step` (default: the latest) to the folder `out`; returns it."""
-    from greso_jax.components import build_tokenizer
+    from greso_jax.policy import build_tokenizer
     from greso_jax.models import save_pretrained
 
     workdir, out = os.path.abspath(workdir), os.path.abspath(out)
@@ -145,7 +130,7 @@ def export(workdir: str, out: str, *, step: int | None = None, dtype: str | None
         raise ExportError(f"--dtype: {dtype!r} is not one of {', '.join(DTYPES)}")
     config = run_config(workdir)
     step = checkpoint_step(workdir, step)
-    model = load_policy(workdir, step, config)
+    model = load_exported_policy(workdir, step, config)
     tokenizer = build_tokenizer(config)
     save_pretrained(model, out, dtype=dtype or config.model.param_dtype)
     hf_config_path = os.path.join(out, "config.json")

@@ -76,7 +76,7 @@ def test_exported_policy_generates_greedily_like_ours(trained_run, tmp_path):
     prompts = [ours.encode(t) for t in texts]
     assert [hf_tokenizer.encode(t) for t in texts] == prompts  # the exported tokenizer is the run's
 
-    policy = export_mod.load_policy(workdir, 2, config)
+    policy = export_mod.load_exported_policy(workdir, 2, config)
     sampled = generate(policy, prompts, num_samples=1, max_new_tokens=12, rng=jax.random.key(0), temperature=0.0,
                        eos_ids=ours.eos_ids, pad_id=ours.pad_id)
     ended = 0
@@ -100,7 +100,7 @@ def test_cli_exports_a_chosen_step_in_bfloat16(trained_run, tmp_path, capsys):
     assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
     tensors = safetensors_io.open_tensors(str(out / "model.safetensors"))
     assert {str(t.dtype) for t in tensors.values()} == {"bfloat16"}
-    step1 = export_mod.load_policy(workdir, 1, export_mod.run_config(workdir))
+    step1 = export_mod.load_exported_policy(workdir, 1, export_mod.run_config(workdir))
     np.testing.assert_array_equal(np.asarray(tensors["model.embed_tokens.weight"]).astype(np.float32),
                                   np.asarray(step1.embed.value).astype("bfloat16").astype(np.float32))
     hf_model, _, messages = _load_with_transformers(str(out))
