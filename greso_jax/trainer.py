@@ -21,12 +21,12 @@ from greso_jax import evaluation
 from greso_jax.checkpoint import Checkpointer
 from greso_jax.configs import validate
 from greso_jax.data.pipeline import PromptPipeline
+from greso_jax.from_config import learner_from_config
 from greso_jax.metrics import MetricsWriter, Progress, format_table, plot_run, read_metrics
 from greso_jax.components import build_policy, build_tokenizer, load_rows
 from greso_jax.rewards.pool import GradingPool
 from greso_jax.rl.advantages import compute_advantages
 from greso_jax.rl.batch import make_rollout_batch
-from greso_jax.rl.learner import Learner
 from greso_jax.sampling import generate
 from greso_jax.selection import PulledPrompts, RolloutResult, make_selector, run_selection_step
 from greso_jax.parallel import multihost
@@ -57,7 +57,7 @@ class Trainer:
         self.tokenizer = build_tokenizer(c)
         self.train_rows, self.eval_sets = load_rows(c)
         self.model = build_policy(c, self.tokenizer, self.train_rows, self.workdir, self.mesh, log=self.log)
-        self.learner = Learner(self.model, c, mesh=self.mesh)
+        self.learner = learner_from_config(self.model, c, self.mesh)
         self.selector = make_selector(c.selection, num_prompts=max(r.prompt_id for r in self.train_rows) + 1,
                                       group_size=c.rl.group_size, train_batch_size=c.train.train_batch_size,
                                       seed=c.seed)

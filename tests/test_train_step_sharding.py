@@ -17,7 +17,8 @@ SCRIPT = textwrap.dedent("""
     from greso_jax.configs import get_config
     from greso_jax.models import PRESETS, init_model
     from greso_jax.parallel import make_mesh
-    from greso_jax.rl import Learner, make_rollout_batch
+    from greso_jax.from_config import learner_from_config
+    from greso_jax.rl import make_rollout_batch
 
     assert len(jax.devices()) == 8, jax.devices()
     rng = np.random.default_rng(0)
@@ -38,7 +39,7 @@ SCRIPT = textwrap.dedent("""
     config.rl.loss_aggregation = "seq-mean-token-mean"
 
     def train(mesh):
-        learner = Learner(init_model(PRESETS["tiny-test"], seed=0), config, mesh=mesh)
+        learner = learner_from_config(init_model(PRESETS["tiny-test"], seed=0), config, mesh)
         metrics = [learner.update(batch, num_minibatches=1) for batch in batches]
         state = nnx.state(learner.model, nnx.Param)
         specs = {k: str(v.sharding.spec) for k, v in (("q_kernel", state["layers"][0]["attn"]["q_kernel"].value),)}

@@ -48,13 +48,6 @@ class LossConfig:
         if self.token_sum_norm <= 0:
             raise ValueError(f"token_sum_norm: must be > 0, got {self.token_sum_norm}")
 
-    @classmethod
-    def from_config(cls, config, token_sum_norm: float) -> "LossConfig":
-        rl = config.rl
-        return cls(aggregation=rl.loss_aggregation, clip_low=float(rl.clip_low), clip_high=float(rl.clip_high),
-                   dual_clip=float(rl.dual_clip), kl_coef=float(rl.kl_coef), kl_estimator=rl.kl_estimator,
-                   entropy_coef=float(rl.entropy_coef), token_sum_norm=float(token_sum_norm))
-
 
 def policy_gradient_loss(logprobs, old_logprobs, advantages, *, clip_low: float, clip_high: float,
                          dual_clip: float = 0.0):
