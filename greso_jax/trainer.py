@@ -26,7 +26,7 @@ from greso_jax.metrics import MetricsWriter, Progress, format_table, plot_run, r
 from greso_jax.components import build_policy, build_tokenizer, load_rows
 from greso_jax.rewards.pool import GradingPool
 from greso_jax.rl.advantages import compute_advantages
-from greso_jax.rl.batch import make_rollout_batch
+from greso_jax.rl.batch import make_train_batch
 from greso_jax.sampling import generate
 from greso_jax.selection import PulledPrompts, RolloutResult, make_selector, run_selection_step
 from greso_jax.parallel import multihost
@@ -153,7 +153,7 @@ class Trainer:
     # -- batch assembly -------------------------------------------------------------------
 
     def _assemble_batch(self, result) -> tuple[Any, np.ndarray, dict]:
-        """Accepted groups -> the learner's RolloutBatch (row count padded to a multiple of the
+        """Accepted groups -> the learner's TrainBatch (row count padded to a multiple of the
         update's micro-batch layout so the compiled update is reused)."""
         c = self.config
         groups = result.groups
@@ -192,7 +192,7 @@ class Trainer:
         truncated += [False] * filler
         row_adv += [0.0] * filler
         row_mask += [False] * filler
-        batch = make_rollout_batch(
+        batch = make_train_batch(
             prompt_tokens, np.stack(tokens), np.asarray(lengths, np.int32), np.stack(logprobs),
             np.asarray(row_adv, np.float32), pad_id=self.tokenizer.pad_id,
             total_length=c.data.max_prompt_length + c.sampling.max_new_tokens, loss_mask=np.asarray(row_mask))

@@ -9,7 +9,7 @@ from flax import nnx
 from greso_jax.configs import get_config
 from greso_jax.from_config import learner_from_config
 from greso_jax.models import PRESETS, init_model
-from greso_jax.rl import compute_advantages, make_rollout_batch
+from greso_jax.rl import compute_advantages, make_train_batch
 from greso_jax.rl.logprobs import token_logprobs
 from greso_jax.rl.losses import LossConfig
 from greso_jax.rl.train_step import MicroBatches, accumulate_gradients
@@ -27,9 +27,9 @@ def random_batch(seed=0, rows=8, max_response=6, total_length=12, zero_advantage
     advantages = np.zeros(rows, np.float32) if zero_advantage else rng.normal(size=rows).astype(np.float32)
     loss_mask = np.ones(rows, bool)
     loss_mask[1] = False  # a row generated but kept out of the loss (AERO's rejection)
-    return make_rollout_batch(prompts, rng.integers(1, VOCAB, (rows, max_response)), lengths,
-                              rng.normal(-4.2, 0.3, (rows, max_response)), advantages, pad_id=0,
-                              total_length=total_length, loss_mask=loss_mask)
+    return make_train_batch(prompts, rng.integers(1, VOCAB, (rows, max_response)), lengths,
+                            rng.normal(-4.2, 0.3, (rows, max_response)), advantages, pad_id=0,
+                            total_length=total_length, loss_mask=loss_mask)
 
 
 def learner_config(**rl):
@@ -173,8 +173,8 @@ def test_grpo_learns_a_toy_reward_with_the_real_sampler():
         rewards = (out.tokens[:, 0] == target).astype(np.float32).reshape(num_prompts, group)
         rewards_per_step.append(rewards.mean())
         advantages = compute_advantages(rewards, "grpo").reshape(-1)
-        batch = make_rollout_batch([p for p in prompts for _ in range(group)], out.tokens, out.lengths, out.logprobs,
-                                   advantages, pad_id=0, total_length=4)
+        batch = make_train_batch([p for p in prompts for _ in range(group)], out.tokens, out.lengths, out.logprobs,
+                                 advantages, pad_id=0, total_length=4)
         if step == 0:  # the learner's log-probs are the sampler's: the first ratio is 1
             recomputed = np.asarray(token_logprobs(learner.model, jnp.asarray(batch.input_ids),
                                                    jnp.asarray(batch.attention_mask), 1.0))

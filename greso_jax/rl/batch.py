@@ -1,4 +1,4 @@
-"""`RolloutBatch`: the learner's input (prompt + response rows, loss masks, old log-probs, advantages) and its host-side builder."""
+"""`TrainBatch` (the learner's input for one update), laid out by `make_train_batch`, assembled from accepted groups by `assemble_batch`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 
-class RolloutBatch(NamedTuple):
+class TrainBatch(NamedTuple):
     """B rows of prompt + response, right-padded to T. A pytree: every field is an array.
 
     input_ids      int32 [B, T]  prompt tokens then response tokens then padding
@@ -33,8 +33,8 @@ class RolloutBatch(NamedTuple):
         return int(self.input_ids.shape[0])
 
 
-def make_rollout_batch(prompt_tokens: Sequence[Sequence[int]], response_tokens, response_lengths, response_logprobs,
-                       advantages, *, pad_id: int, total_length: int, loss_mask=None) -> RolloutBatch:
+def make_train_batch(prompt_tokens: Sequence[Sequence[int]], response_tokens, response_lengths, response_logprobs,
+                     advantages, *, pad_id: int, total_length: int, loss_mask=None) -> TrainBatch:
     """Lays out B rows: row b holds prompt_tokens[b] at [0, P_b) and the first response_lengths[b]
     tokens of response_tokens[b] at [P_b, P_b + length) (the EOS, when the response ended with
     one, is the last counted token), then pad_id up to total_length.
@@ -45,34 +45,34 @@ def make_rollout_batch(prompt_tokens: Sequence[Sequence[int]], response_tokens, 
     """
     response_tokens = np.asarray(response_tokens)
     if response_tokens.ndim != 2:
-        raise ValueError(f"make_rollout_batch: response_tokens must be [B, L], got shape {response_tokens.shape}")
+        raise ValueError(f"make_train_batch: response_tokens must be [B, L], got shape {response_tokens.shape}")
     b, max_response = response_tokens.shape
     if len(prompt_tokens) != b:
-        raise ValueError(f"make_rollout_batch: {len(prompt_tokens)} prompts for {b} response rows")
+        raise ValueError(f"make_train_batch: {len(prompt_tokens)} prompts for {b} response rows")
     lengths = _per_row("response_lengths", response_lengths, b).astype(np.int64)
     advantages = _per_row("advantages", advantages, b).astype(np.float32)
     logprobs = np.asarray(response_logprobs, dtype=np.float32)
     if logprobs.shape != (b, max_response):
-        raise ValueError(f"make_rollout_batch: response_logprobs shape {logprobs.shape} != response_tokens shape "
+        raise ValueError(f"make_train_batch: response_logprobs shape {logprobs.shape} != response_tokens shape "
                          f"{(b, max_response)}")
     keep = np.ones(b, bool) if loss_mask is None else _per_row("loss_mask", loss_mask, b).astype(bool)
     bad = np.flatnonzero((lengths < 0) | (lengths > max_response))
     if bad.size:
-        raise ValueError(f"make_rollout_batch: row {bad[0]}: response length {lengths[bad[0]]} outside "
+        raise ValueError(f"make_train_batch: row {bad[0]}: response length {lengths[bad[0]]} outside "
                          f"[0, {max_response}]")
     bad = np.flatnonzero(~np.isfinite(advantages))
     if bad.size:
-        raise ValueError(f"make_rollout_batch: row {bad[0]}: advantage {advantages[bad[0]]} is not finite")
+        raise ValueError(f"make_train_batch: row {bad[0]}: advantage {advantages[bad[0]]} is not finite")
 
     prompt_lengths = np.array([len(p) for p in prompt_tokens], np.int64)
     bad = np.flatnonzero(prompt_lengths == 0)
     if bad.size:
-        raise ValueError(f"make_rollout_batch: row {bad[0]}: empty prompt (the first response token needs a "
+        raise ValueError(f"make_train_batch: row {bad[0]}: empty prompt (the first response token needs a "
                          "preceding token to be predicted from)")
     bad = np.flatnonzero(prompt_lengths + lengths > total_length)
     if bad.size:
         r = bad[0]
-        raise ValueError(f"make_rollout_batch: row {r}: prompt {prompt_lengths[r]} + response {lengths[r]} tokens "
+        raise ValueError(f"make_train_batch: row {r}: prompt {prompt_lengths[r]} + response {lengths[r]} tokens "
                          f"exceed total_length {total_length}")
 
     input_ids = np.full((b, total_length), pad_id, np.int32)
@@ -89,7 +89,7 @@ def make_rollout_batch(prompt_tokens: Sequence[Sequence[int]], response_tokens, 
     else:
         old_logprobs = np.zeros((b, total_length), np.float32)
     response_mask = (in_response & keep[:, None]).astype(np.float32)
-    return RolloutBatch(
+    return TrainBatch(
         input_ids=input_ids.astype(np.int32),
         attention_mask=(positions < end).astype(np.int32),
         response_mask=response_mask,
@@ -102,5 +102,5 @@ def make_rollout_batch(prompt_tokens: Sequence[Sequence[int]], response_tokens, 
 def _per_row(name: str, values, b: int) -> np.ndarray:
     values = np.asarray(values)
     if values.shape != (b,):
-        raise ValueError(f"make_rollout_batch: {name} must have shape [B] = ({b},), got {values.shape}")
+        raise ValueError(f"make_train_batch: {name} must have shape [B] = ({b},), got {values.shape}")
     return values

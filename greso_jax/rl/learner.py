@@ -23,7 +23,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from greso_jax.models import param_shardings
 from greso_jax.parallel import make_mesh, replicated
-from greso_jax.rl.batch import RolloutBatch
+from greso_jax.rl.batch import TrainBatch
 from greso_jax.rl.logprobs import DEFAULT_CHUNK_SIZE, token_logprobs
 from greso_jax.rl.losses import LossConfig
 from greso_jax.rl.optim import OptimizerSettings, learning_rate_at, make_optimizer
@@ -190,7 +190,7 @@ class Learner:
 
     # --------------------------------------------------------------------------------- update
 
-    def update(self, batch: RolloutBatch, *, num_minibatches: int, truncated=None, group_ids=None
+    def update(self, batch: TrainBatch, *, num_minibatches: int, truncated=None, group_ids=None
                ) -> dict[str, float]:
         """ppo_epochs passes over `num_minibatches` equal mini-batches of consecutive rows, one
         optimiser update each, micro_batch_size rows per forward/backward. Advances the
@@ -253,7 +253,7 @@ class Learner:
         return metrics
 
 
-def _host_batch(batch: RolloutBatch) -> dict[str, np.ndarray]:
+def _host_batch(batch: TrainBatch) -> dict[str, np.ndarray]:
     """NumPy views of the batch's fields with their shapes checked against input_ids [B, T]."""
     arrays = {
         "input_ids": np.asarray(batch.input_ids, np.int32),
@@ -263,13 +263,13 @@ def _host_batch(batch: RolloutBatch) -> dict[str, np.ndarray]:
         "advantages": np.asarray(batch.advantages, np.float32),
     }
     if arrays["input_ids"].ndim != 2:
-        raise ValueError(f"RolloutBatch.input_ids must be [B, T], got shape {arrays['input_ids'].shape}")
+        raise ValueError(f"TrainBatch.input_ids must be [B, T], got shape {arrays['input_ids'].shape}")
     b, t = arrays["input_ids"].shape
     for name in ("attention_mask", "response_mask", "old_logprobs"):
         if arrays[name].shape != (b, t):
-            raise ValueError(f"RolloutBatch.{name} has shape {arrays[name].shape}, expected {(b, t)}")
+            raise ValueError(f"TrainBatch.{name} has shape {arrays[name].shape}, expected {(b, t)}")
     if arrays["advantages"].shape != (b,):
-        raise ValueError(f"RolloutBatch.advantages has shape {arrays['advantages'].shape}, expected {(b,)}")
+        raise ValueError(f"TrainBatch.advantages has shape {arrays['advantages'].shape}, expected {(b,)}")
     lengths = batch.response_lengths
     arrays["response_lengths"] = (arrays["response_mask"].sum(axis=1) if lengths is None
                                   else np.asarray(lengths, np.float32))
@@ -277,7 +277,7 @@ def _host_batch(batch: RolloutBatch) -> dict[str, np.ndarray]:
 
 
 def _batch_metrics(arrays: dict, truncated, group_ids) -> dict[str, float]:
-    """Advantage and response statistics of the rollout batch (host side). Rows with response
+    """Advantage and response statistics of the train batch (host side). Rows with response
     length 0 are padding rows (no response was generated) and are left out of every statistic;
     advantage statistics cover the rows that enter the loss."""
     advantages, lengths = arrays["advantages"], arrays["response_lengths"]
