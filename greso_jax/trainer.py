@@ -8,7 +8,6 @@ group), then builds the learner's batch from the groups the selector accepted.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import time
@@ -21,28 +20,15 @@ from greso_jax import evaluation
 from greso_jax.checkpoint import Checkpointer
 from greso_jax.configs import validate
 from greso_jax.data.pipeline import PromptPipeline
-from greso_jax.from_config import learner_from_config
+from greso_jax.from_config import learner_from_config, sampling_kwargs
 from greso_jax.metrics import MetricsWriter, Progress, format_table, plot_run, read_metrics
 from greso_jax.components import build_policy, build_tokenizer, load_rows
 from greso_jax.rewards.pool import GradingPool
-from greso_jax.rl.advantages import compute_advantages
-from greso_jax.rl.batch import make_train_batch
-from greso_jax.sampling import generate
+from greso_jax.rl.batch import assemble_batch
+from greso_jax.sampling import generate_in_chunks
 from greso_jax.selection import PulledPrompts, RolloutResult, make_selector, run_selection_step
 from greso_jax.parallel import multihost
 from greso_jax.parallel.sharding import mesh_from_config
-
-
-@dataclasses.dataclass
-class Rollout:
-    """What one sampler call produced for `prompts` (kept by the selector's driver as a handle)."""
-
-    num_samples: int  # responses per prompt: row i*num_samples + j is sample j of prompt i
-    prompt_tokens: list[list[int]]  # one per response row
-    tokens: np.ndarray  # int32 [R, L]
-    logprobs: np.ndarray  # f32 [R, L]
-    lengths: np.ndarray  # int32 [R]
-    truncated: np.ndarray  # bool [R]
 
 
 class Trainer:
@@ -92,7 +78,9 @@ class Trainer:
         prompts = [list(map(int, e["prompt_tokens"])) for e in payloads]
         start = time.perf_counter()
         rng = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(c.seed), self._step), call)
-        out = self._generate_in_chunks(prompts, num_samples, rng)
+        out = generate_in_chunks(self.learner.model, prompts, num_samples=num_samples, rng=rng,
+                                 eos_ids=self.tokenizer.eos_ids, pad_id=self.tokenizer.pad_id, mesh=self.mesh,
+                                 **sampling_kwargs(c))
         self._tick("time/rollout", start)
         start = time.perf_counter()
         rows = len(prompts) * num_samples
@@ -104,28 +92,6 @@ class Trainer:
         return RolloutResult(correct=correct.reshape(len(prompts), num_samples),
                              rewards=rewards.reshape(len(prompts), num_samples),
                              handle=out, num_tokens=int(np.sum(out.lengths)))
-
-    def _generate_in_chunks(self, prompts: list[list[int]], num_samples: int, rng) -> Rollout:
-        """Generates num_samples responses per prompt, at most sampling.max_rows_per_call rows
-        per sampler call so that the KV cache of a large pass fits in device memory."""
-        c = self.config
-        per_call = len(prompts)
-        if c.sampling.max_rows_per_call:
-            per_call = max(1, c.sampling.max_rows_per_call // num_samples)
-        parts = []
-        for i, start in enumerate(range(0, len(prompts), per_call)):
-            parts.append(generate(
-                self.learner.model, prompts[start:start + per_call], num_samples=num_samples,
-                max_new_tokens=c.sampling.max_new_tokens, rng=jax.random.fold_in(rng, i),
-                temperature=c.sampling.temperature, top_p=c.sampling.top_p, top_k=c.sampling.top_k,
-                eos_ids=self.tokenizer.eos_ids, pad_id=self.tokenizer.pad_id,
-                prompt_buckets=tuple(c.sampling.prompt_length_buckets), row_buckets=tuple(c.sampling.row_buckets),
-                mesh=self.mesh))
-        return Rollout(num_samples=num_samples, prompt_tokens=[p for p in prompts for _ in range(num_samples)],
-                       tokens=np.concatenate([p.tokens for p in parts]),
-                       logprobs=np.concatenate([p.logprobs for p in parts]),
-                       lengths=np.concatenate([p.lengths for p in parts]),
-                       truncated=np.concatenate([p.truncated for p in parts]))
 
     def _score_across_hosts(self, texts, golds, sources) -> tuple[np.ndarray, np.ndarray]:
         """Grades every response once: host h grades rows h, h+P, ...; the results are gathered
@@ -149,56 +115,6 @@ class Trainer:
 
     def _tick(self, name: str, start: float) -> None:
         self._timers[name] = self._timers.get(name, 0.0) + time.perf_counter() - start
-
-    # -- batch assembly -------------------------------------------------------------------
-
-    def _assemble_batch(self, result) -> tuple[Any, np.ndarray, dict]:
-        """Accepted groups -> the learner's TrainBatch (row count padded to a multiple of the
-        update's micro-batch layout so the compiled update is reused)."""
-        c = self.config
-        groups = result.groups
-        width = max(len(g.rewards) for g in groups)
-        rewards = np.zeros((len(groups), width), np.float32)
-        mask = np.zeros((len(groups), width), bool)
-        baseline = np.full(len(groups), np.nan, np.float32)
-        scale = np.full(len(groups), np.nan, np.float32)
-        for i, g in enumerate(groups):
-            k = len(g.rewards)
-            rewards[i, :k] = g.rewards
-            mask[i, :k] = g.loss_mask
-            baseline[i], scale[i] = g.baseline, g.scale
-        advantages = compute_advantages(rewards, c.rl.advantage, response_mask=mask, baseline=baseline,
-                                        scale=scale)
-        prompt_tokens, tokens, logprobs, lengths, truncated, row_adv, row_mask = [], [], [], [], [], [], []
-        for i, g in enumerate(groups):
-            for j, (call, row, sample) in enumerate(g.response_refs):
-                h = result.handles[call]
-                r = row * h.num_samples + sample
-                prompt_tokens.append(h.prompt_tokens[r])
-                tokens.append(h.tokens[r])
-                logprobs.append(h.logprobs[r])
-                lengths.append(h.lengths[r])
-                truncated.append(h.truncated[r])
-                row_adv.append(advantages[i, j])
-                row_mask.append(mask[i, j])
-        num_minibatches = c.train.train_batch_size // c.rl.mini_batch_size
-        multiple = num_minibatches * c.rl.micro_batch_size
-        padded = -(-len(tokens) // multiple) * multiple
-        filler = padded - len(tokens)
-        prompt_tokens += [[self.tokenizer.pad_id]] * filler
-        tokens += [np.full_like(tokens[0], self.tokenizer.pad_id)] * filler
-        logprobs += [np.zeros_like(logprobs[0])] * filler
-        lengths += [0] * filler
-        truncated += [False] * filler
-        row_adv += [0.0] * filler
-        row_mask += [False] * filler
-        batch = make_train_batch(
-            prompt_tokens, np.stack(tokens), np.asarray(lengths, np.int32), np.stack(logprobs),
-            np.asarray(row_adv, np.float32), pad_id=self.tokenizer.pad_id,
-            total_length=c.data.max_prompt_length + c.sampling.max_new_tokens, loss_mask=np.asarray(row_mask))
-        stats = {"rollout/reward_mean": float(rewards[mask].mean()) if mask.any() else 0.0,
-                 "train/groups": len(groups), "train/responses": len(tokens) - filler}
-        return batch, np.asarray(truncated), stats
 
     # -- evaluation, checkpoints ------------------------------------------------------------
 
@@ -253,11 +169,15 @@ class Trainer:
         if multihost.is_multihost() and every and step % every == 0:
             multihost.check_identical_across_hosts(self.selector.state_dict(), "the selector state", step)
         if result.groups:
-            batch, truncated, stats = self._assemble_batch(result)
-            metrics.update(stats)
+            num_minibatches = c.train.train_batch_size // c.rl.mini_batch_size
+            assembled = assemble_batch(result.groups, result.handles, advantage=c.rl.advantage,
+                                       pad_id=self.tokenizer.pad_id,
+                                       total_length=c.data.max_prompt_length + c.sampling.max_new_tokens,
+                                       row_multiple=num_minibatches * c.rl.micro_batch_size)
+            metrics.update(assembled.stats)
             start = time.perf_counter()
-            metrics.update(self.learner.update(batch, num_minibatches=c.train.train_batch_size // c.rl.mini_batch_size,
-                                               truncated=truncated))
+            metrics.update(self.learner.update(assembled.batch, num_minibatches=num_minibatches,
+                                               truncated=assembled.truncated))
             self._tick("time/update", start)
         else:
             metrics["train/groups"] = 0

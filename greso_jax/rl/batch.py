@@ -6,6 +6,8 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
+from greso_jax.rl.advantages import compute_advantages
+
 
 class TrainBatch(NamedTuple):
     """B rows of prompt + response, right-padded to T. A pytree: every field is an array.
@@ -97,6 +99,80 @@ def make_train_batch(prompt_tokens: Sequence[Sequence[int]], response_tokens, re
         advantages=advantages,
         response_lengths=lengths.astype(np.int32),
     )
+
+
+class AssembledBatch(NamedTuple):
+    """One training step's learner input built from the accepted groups.
+
+    batch      the TrainBatch, B rows: every group's responses in group order, then filler rows
+    truncated  bool [B]: the response hit max_new_tokens without an EOS (False on filler rows)
+    group_ids  int [B]: index of the row's group in `groups`, -1 on filler rows
+    stats      {"rollout/reward_mean", "train/groups", "train/responses"}
+    """
+
+    batch: TrainBatch
+    truncated: np.ndarray
+    group_ids: np.ndarray
+    stats: dict
+
+
+def assemble_batch(groups, outputs, *, advantage: str, pad_id: int, total_length: int,
+                   row_multiple: int) -> AssembledBatch:
+    """Accepted groups -> the learner's batch, rows padded to a multiple of `row_multiple` (the
+    update's mini-batches x micro-batch rows) so that every step reuses one compiled update.
+
+    groups[i] has response_refs int [k, 3] (index into `outputs`, prompt row within that output,
+    sample index), rewards f32 [k], loss_mask bool [k] (False: kept out of the loss), baseline and
+    scale (NaN: the group's own mean / std). outputs[c] is a sampler output carrying its prompts
+    and num_samples (response row = prompt row * num_samples + sample). Advantages are computed
+    over the groups padded to the widest one, with the `advantage` estimator. Filler rows repeat
+    a one-token pad prompt with an empty response, so they add nothing to the loss.
+    """
+    if not groups:
+        raise ValueError("assemble_batch: no groups")
+    if row_multiple < 1:
+        raise ValueError(f"assemble_batch: row_multiple must be >= 1, got {row_multiple}")
+    width = max(len(g.rewards) for g in groups)
+    rewards = np.zeros((len(groups), width), np.float32)
+    mask = np.zeros((len(groups), width), bool)
+    baseline = np.full(len(groups), np.nan, np.float32)
+    scale = np.full(len(groups), np.nan, np.float32)
+    for i, g in enumerate(groups):
+        k = len(g.rewards)
+        rewards[i, :k] = g.rewards
+        mask[i, :k] = g.loss_mask
+        baseline[i], scale[i] = g.baseline, g.scale
+    advantages = compute_advantages(rewards, advantage, response_mask=mask, baseline=baseline, scale=scale)
+    prompt_tokens, tokens, logprobs, lengths, truncated, row_adv, row_mask, group_ids = ([] for _ in range(8))
+    for i, g in enumerate(groups):
+        for j, (call, row, sample) in enumerate(np.asarray(g.response_refs).reshape(-1, 3)):
+            out = outputs[call]
+            r = row * out.num_samples + sample
+            prompt_tokens.append(out.prompts[row])
+            tokens.append(out.tokens[r])
+            logprobs.append(out.logprobs[r])
+            lengths.append(out.lengths[r])
+            truncated.append(out.truncated[r])
+            row_adv.append(advantages[i, j])
+            row_mask.append(mask[i, j])
+            group_ids.append(i)
+    responses = len(tokens)
+    filler = -(-responses // row_multiple) * row_multiple - responses
+    prompt_tokens += [[pad_id]] * filler
+    tokens += [np.full_like(tokens[0], pad_id)] * filler
+    logprobs += [np.zeros_like(logprobs[0])] * filler
+    lengths += [0] * filler
+    truncated += [False] * filler
+    row_adv += [0.0] * filler
+    row_mask += [False] * filler
+    group_ids += [-1] * filler
+    batch = make_train_batch(prompt_tokens, np.stack(tokens), np.asarray(lengths, np.int32), np.stack(logprobs),
+                             np.asarray(row_adv, np.float32), pad_id=pad_id, total_length=total_length,
+                             loss_mask=np.asarray(row_mask))
+    stats = {"rollout/reward_mean": float(rewards[mask].mean()) if mask.any() else 0.0,
+             "train/groups": len(groups), "train/responses": responses}
+    return AssembledBatch(batch=batch, truncated=np.asarray(truncated), group_ids=np.asarray(group_ids, np.int64),
+                          stats=stats)
 
 
 def _per_row(name: str, values, b: int) -> np.ndarray:
