@@ -23,7 +23,7 @@ from greso_jax.data.pipeline import PromptPipeline
 from greso_jax.from_config import learner_from_config, sampling_kwargs
 from greso_jax.metrics import MetricsWriter, Progress, format_table, plot_run, read_metrics
 from greso_jax.components import build_policy, build_tokenizer, load_rows
-from greso_jax.rewards.pool import GradingPool
+from greso_jax.rewards.pool import GradingPool, score_across_hosts
 from greso_jax.rl.batch import assemble_batch
 from greso_jax.sampling import generate_in_chunks
 from greso_jax.selection import PulledPrompts, RolloutResult, make_selector, run_selection_step
@@ -87,31 +87,14 @@ class Trainer:
         texts = [self.tokenizer.decode(out.tokens[r, :out.lengths[r]]) for r in range(rows)]
         golds = [e["ground_truth"] for e in payloads for _ in range(num_samples)]
         sources = [e["data_source"] for e in payloads for _ in range(num_samples)]
-        rewards, correct = self._score_across_hosts(texts, golds, sources)
+        rewards, correct, failures = score_across_hosts(
+            self.pool, texts, golds, sources, process_index=jax.process_index(), process_count=jax.process_count(),
+            allgather=multihost.allgather)
+        self._grading_failures += failures
         self._tick("time/reward", start)
         return RolloutResult(correct=correct.reshape(len(prompts), num_samples),
                              rewards=rewards.reshape(len(prompts), num_samples),
                              handle=out, num_tokens=int(np.sum(out.lengths)))
-
-    def _score_across_hosts(self, texts, golds, sources) -> tuple[np.ndarray, np.ndarray]:
-        """Grades every response once: host h grades rows h, h+P, ...; the results are gathered
-        so every host holds all rewards (the selector must observe identical groups everywhere)."""
-        hosts, me = jax.process_count(), jax.process_index()
-        rows = np.arange(me, len(texts), hosts)
-        scored = self.pool.score([texts[i] for i in rows], [golds[i] for i in rows], [sources[i] for i in rows])
-        width = -(-len(texts) // hosts)
-        local = np.zeros((width, 3), np.float32)
-        local[:len(rows), 0] = scored.rewards
-        local[:len(rows), 1] = scored.correct
-        local[0, 2] = scored.num_timeouts + scored.num_crashes
-        gathered = multihost.allgather(local)  # [P, width, 3]
-        rewards, correct = np.zeros(len(texts), np.float32), np.zeros(len(texts), bool)
-        for host in range(hosts):
-            host_rows = np.arange(host, len(texts), hosts)
-            rewards[host_rows] = gathered[host, :len(host_rows), 0]
-            correct[host_rows] = gathered[host, :len(host_rows), 1] > 0.5
-        self._grading_failures += int(gathered[:, 0, 2].sum())
-        return rewards, correct
 
     def _tick(self, name: str, start: float) -> None:
         self._timers[name] = self._timers.get(name, 0.0) + time.perf_counter() - start
