@@ -1,4 +1,8 @@
-"""Builds the low layers' explicit settings from the experiment config (the one place that reads the config tree for them)."""
+"""Builds the low layers' explicit settings from the experiment config.
+
+Low layers (rl, sampling, rewards, selection) take explicit arguments; this top-layer module is
+where the config tree's fields are mapped onto them, so a renamed config field changes one place.
+"""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ from greso_jax.sampling.kv_cache import decode_step, empty_response_cache, prefi
 from greso_jax.sampling.token_sampling import SamplingMode, choose_tokens, mode_of, row_keys
 from greso_jax.parallel import multihost
 
-# Powers of two: a run compiles at most one program per bucket it reaches.
+# Powers of two: padding wastes less than half a bucket, and a run compiles only a few programs.
 DEFAULT_PROMPT_BUCKETS: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 DEFAULT_ROW_BUCKETS: tuple[int, ...] = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 
