@@ -18,16 +18,17 @@ import ml_collections
 from greso_jax import selection
 from greso_jax.data import catalog
 from greso_jax.data.prompts import TEMPLATES as PROMPT_TEMPLATES
+from greso_jax.data.sources import SOURCES
 from greso_jax.rewards.math import SHAPINGS as REWARD_SHAPINGS
-from greso_jax.rl.advantages import ADVANTAGE_MODES
+from greso_jax.rl.advantages import ADVANTAGE_ESTIMATORS
 from greso_jax.rl.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS
+from greso_jax.rl.optim import LR_SCHEDULES
+from greso_jax.sampling.sampler import DEFAULT_PROMPT_BUCKETS, DEFAULT_ROW_BUCKETS
 from greso_jax.selection.base import GROUP_SIZE_SPEC
 from greso_jax.specs import BOOL, FLOAT, INT, SEQ, STR, ConfigError, Spec, check_field
 
 __all__ = ["ConfigError", "FIELD_SPECS", "get_config", "selection_field_docs", "validate"]
 
-LR_SCHEDULES = ("constant", "warmup_cosine")
-DATA_SOURCES = ("arith", "parquet", "jsonl")
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -68,8 +69,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.sampling.top_p = 1.0
     c.sampling.top_k = 0
     c.sampling.max_rows_per_call = 0  # >0: a pass is generated in chunks of at most this many rows (KV memory)
-    c.sampling.prompt_length_buckets = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
-    c.sampling.row_buckets = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+    c.sampling.prompt_length_buckets = DEFAULT_PROMPT_BUCKETS
+    c.sampling.row_buckets = DEFAULT_ROW_BUCKETS
 
     c.rl = ml_collections.ConfigDict()
     c.rl.group_size = 8
@@ -165,7 +166,7 @@ FIELD_SPECS: dict[str, Spec] = {
     "model.param_dtype": Spec(STR, choices=DTYPES),
     "model.remat": Spec(BOOL),
     "model.tokenizer": Spec(STR, choices=("char", "hf")),
-    "data.source": Spec(STR, choices=DATA_SOURCES),
+    "data.source": Spec(STR, choices=SOURCES),
     "data.path": Spec(STR),
     "data.prompt_template": Spec(STR, choices=PROMPT_TEMPLATES),
     "data.max_prompt_length": Spec(INT, 1),
@@ -187,7 +188,7 @@ FIELD_SPECS: dict[str, Spec] = {
     "sampling.prompt_length_buckets": Spec(SEQ, check=_positive_ints),
     "sampling.row_buckets": Spec(SEQ, check=_positive_ints),
     "rl.group_size": GROUP_SIZE_SPEC,
-    "rl.advantage": Spec(STR, choices=ADVANTAGE_MODES),
+    "rl.advantage": Spec(STR, choices=ADVANTAGE_ESTIMATORS),
     "rl.loss_aggregation": Spec(STR, choices=LOSS_AGGREGATIONS),
     "rl.clip_low": Spec(FLOAT, 0, 1),
     "rl.clip_high": Spec(FLOAT, 0),

@@ -211,7 +211,7 @@ def test_workdir_checkpoint_restores_the_trained_parameters(tmp_path):
     from greso_jax.parallel import make_mesh
     from greso_jax.policy import build_tokenizer, load_policy
     from greso_jax.rewards.pool import GradingPool
-    from greso_jax.rl.learner import Learner
+    from greso_jax.from_config import learner_from_config
 
     sys.path.insert(0, os.path.join(ROOT, "experiments"))
     try:
@@ -221,7 +221,7 @@ def test_workdir_checkpoint_restores_the_trained_parameters(tmp_path):
     config = arith_tiny.get_config("greso,quick")
     config.data.arith_num_train, config.data.arith_num_heldout = 200, 50
     trained = init_model(PRESETS["tiny"], seed=7)  # not what config.seed would initialise
-    learner = Learner(trained, config)
+    learner = learner_from_config(trained, config)
     workdir = tmp_path / "run"
     checkpointer = Checkpointer(str(workdir / "checkpoints"), async_save=False)
     checkpointer.save(3, train_state=learner.train_state(), selector_state={"history": np.zeros(4, np.int8)},

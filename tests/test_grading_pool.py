@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from greso_jax.rewards import math as grading
-from greso_jax.rewards.pool import GradingPool
+from greso_jax.rewards.pool import GradingPool, score_across_hosts
 
 
 def crash_on_marker(response, gold, shaping, timeout_s):
@@ -24,6 +24,13 @@ def hang_on_marker(response, gold, shaping, timeout_s):
     if "HANG" in response:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
         time.sleep(60)
+    return grading.grade(response, gold, shaping, timeout_s)
+
+
+def timeout_on_marker(response, gold, shaping, timeout_s):
+    """A grader that reports a deadline hit on "SLOW" without waiting for one."""
+    if "SLOW" in response:
+        return grading.Grade(0.0, False, "timeout")
     return grading.grade(response, gold, shaping, timeout_s)
 
 
@@ -121,3 +128,41 @@ def test_bad_arguments():
             in_process.score(["a", "b"], ["1"], ["math", "math"])
     with pytest.raises(RuntimeError, match="closed"):
         in_process.score([], [], [])
+
+
+def test_score_across_hosts_splits_the_rows_and_every_host_gets_all_results():
+    """Two hosts, each with its own pool: host h grades rows h, h+2, ...; a fake allgather stacks
+    what each host's call sent, as jax's process_allgather would."""
+    responses, golds, expected = batch(7)
+    responses[2], responses[5] = "SLOW \\boxed{2}", "SLOW \\boxed{5}"  # one failure on each host
+    expected[2] = expected[5] = False
+    responses += ["231;301"]
+    golds += ["103"]
+    sources = ["math"] * 7 + ["arith"]
+    expected = np.append(expected, True)
+    pools = [GradingPool(num_workers=0, grader=timeout_on_marker) for _ in range(2)]
+    try:
+        sent = {}
+
+        def capture(host):
+            def allgather(local):
+                sent[host] = local.copy()
+                return np.stack([local, local])  # placeholder: this first pass only records what is sent
+            return allgather
+
+        for host in range(2):
+            score_across_hosts(pools[host], responses, golds, sources, process_index=host, process_count=2,
+                               allgather=capture(host))
+        assert sent[0].shape == sent[1].shape == (4, 3)
+        gathered = np.stack([sent[0], sent[1]])
+        results = [score_across_hosts(pools[host], responses, golds, sources, process_index=host, process_count=2,
+                                      allgather=lambda local: gathered) for host in range(2)]
+        single = score_across_hosts(pools[0], responses, golds, sources, process_index=0, process_count=1,
+                                    allgather=lambda local: local[None])
+    finally:
+        for pool in pools:
+            pool.close()
+    for rewards, correct, failures in results + [single]:
+        np.testing.assert_array_equal(correct, expected)
+        np.testing.assert_array_equal(rewards, expected.astype(np.float32))
+        assert rewards.dtype == np.float32 and correct.dtype == np.bool_ and failures == 2

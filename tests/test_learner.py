@@ -7,8 +7,10 @@ import pytest
 from flax import nnx
 
 from greso_jax.configs import get_config
+from greso_jax.from_config import learner_from_config
 from greso_jax.models import PRESETS, init_model
-from greso_jax.rl import Learner, compute_advantages, make_rollout_batch
+from greso_jax.rl import compute_advantages, make_train_batch
+from greso_jax.rl.logprobs import token_logprobs
 from greso_jax.rl.losses import LossConfig
 from greso_jax.rl.train_step import MicroBatches, accumulate_gradients
 
@@ -25,9 +27,9 @@ def random_batch(seed=0, rows=8, max_response=6, total_length=12, zero_advantage
     advantages = np.zeros(rows, np.float32) if zero_advantage else rng.normal(size=rows).astype(np.float32)
     loss_mask = np.ones(rows, bool)
     loss_mask[1] = False  # a row generated but kept out of the loss (AERO's rejection)
-    return make_rollout_batch(prompts, rng.integers(1, VOCAB, (rows, max_response)), lengths,
-                              rng.normal(-4.2, 0.3, (rows, max_response)), advantages, pad_id=0,
-                              total_length=total_length, loss_mask=loss_mask)
+    return make_train_batch(prompts, rng.integers(1, VOCAB, (rows, max_response)), lengths,
+                            rng.normal(-4.2, 0.3, (rows, max_response)), advantages, pad_id=0,
+                            total_length=total_length, loss_mask=loss_mask)
 
 
 def learner_config(**rl):
@@ -59,7 +61,7 @@ def test_zero_variance_batch_gives_exactly_zero_gradient(aggregation):
 def test_zero_variance_update_leaves_params_unchanged_without_weight_decay():
     config = learner_config(micro_batch_size=4)
     config.train.weight_decay = 0.0
-    learner = Learner(init_model(ONE_LAYER, seed=0), config)
+    learner = learner_from_config(init_model(ONE_LAYER, seed=0), config)
     before = params_of(learner)
     metrics = learner.update(random_batch(zero_advantage=True), num_minibatches=2)
     assert metrics["actor/grad_norm"] == 0.0 and metrics["actor/frac_zero_std_groups"] == 1.0
@@ -75,7 +77,7 @@ def test_micro_batch_size_does_not_change_the_update(aggregation):
     for micro in (1, 2, 4):
         config = learner_config(micro_batch_size=micro, loss_aggregation=aggregation, kl_coef=0.1,
                                 entropy_coef=0.01, dual_clip=3.0, clip_high=0.28)
-        learner = Learner(init_model(ONE_LAYER, seed=0), config)
+        learner = learner_from_config(init_model(ONE_LAYER, seed=0), config)
         metrics = learner.update(batch, num_minibatches=2)  # mini-batches of 4 rows
         results.append((params_of(learner), metrics))
     reference_params, reference_metrics = results[0]
@@ -89,7 +91,7 @@ def test_micro_batch_size_does_not_change_the_update(aggregation):
 
 
 def test_nonfinite_loss_skips_the_update_and_is_reported():
-    learner = Learner(init_model(ONE_LAYER, seed=0), learner_config(micro_batch_size=4))
+    learner = learner_from_config(init_model(ONE_LAYER, seed=0), learner_config(micro_batch_size=4))
     good = random_batch(seed=2)
     bad = good._replace(old_logprobs=np.where(good.response_mask > 0, -np.inf, 0.0).astype(np.float32))
     before = params_of(learner)
@@ -102,7 +104,7 @@ def test_nonfinite_loss_skips_the_update_and_is_reported():
 
 
 def test_metrics_names_and_batch_statistics():
-    learner = Learner(init_model(ONE_LAYER, seed=0), learner_config(micro_batch_size=4))
+    learner = learner_from_config(init_model(ONE_LAYER, seed=0), learner_config(micro_batch_size=4))
     batch = random_batch(seed=3)
     truncated = np.zeros(8, bool)
     truncated[-1] = True
@@ -121,7 +123,7 @@ def test_metrics_names_and_batch_statistics():
 
 
 def test_bad_split_raises_clear_errors():
-    learner = Learner(init_model(ONE_LAYER, seed=0), learner_config(micro_batch_size=4))
+    learner = learner_from_config(init_model(ONE_LAYER, seed=0), learner_config(micro_batch_size=4))
     with pytest.raises(ValueError, match="8 rows cannot be split into num_minibatches=3"):
         learner.update(random_batch(), num_minibatches=3)
     with pytest.raises(ValueError, match="mini-batch of 2 rows .* not a multiple of rl.micro_batch_size 4"):
@@ -134,12 +136,12 @@ def test_train_state_round_trip_through_orbax(tmp_path):
 
     config = learner_config(micro_batch_size=4)
     config.train.lr_schedule, config.train.warmup_steps, config.train.num_steps = "warmup_cosine", 2, 10
-    learner = Learner(init_model(ONE_LAYER, seed=0), config)
+    learner = learner_from_config(init_model(ONE_LAYER, seed=0), config)
     learner.update(random_batch(seed=4), num_minibatches=1)
     with ocp.StandardCheckpointer() as checkpointer:
         checkpointer.save(tmp_path / "state", learner.train_state())
         checkpointer.wait_until_finished()
-        restored_into = Learner(init_model(ONE_LAYER, seed=5), config)
+        restored_into = learner_from_config(init_model(ONE_LAYER, seed=5), config)
         restored = checkpointer.restore(tmp_path / "state", restored_into.train_state())
     restored_into.load_train_state(restored)
     assert restored_into.step == 1
@@ -162,7 +164,7 @@ def test_grpo_learns_a_toy_reward_with_the_real_sampler():
     config = learner_config(micro_batch_size=16, mini_batch_size=4, kl_coef=0.0)
     config.sampling.max_new_tokens = 2
     config.train.learning_rate = 3e-3
-    learner = Learner(model, config)
+    learner = learner_from_config(model, config)
     prompts = [[1 + i % 7, 1 + (3 * i) % 7] for i in range(num_prompts)]
     rewards_per_step = []
     for step in range(30):
@@ -171,10 +173,11 @@ def test_grpo_learns_a_toy_reward_with_the_real_sampler():
         rewards = (out.tokens[:, 0] == target).astype(np.float32).reshape(num_prompts, group)
         rewards_per_step.append(rewards.mean())
         advantages = compute_advantages(rewards, "grpo").reshape(-1)
-        batch = make_rollout_batch([p for p in prompts for _ in range(group)], out.tokens, out.lengths, out.logprobs,
-                                   advantages, pad_id=0, total_length=4)
+        batch = make_train_batch([p for p in prompts for _ in range(group)], out.tokens, out.lengths, out.logprobs,
+                                 advantages, pad_id=0, total_length=4)
         if step == 0:  # the learner's log-probs are the sampler's: the first ratio is 1
-            recomputed = learner.compute_logprobs(batch)
+            recomputed = np.asarray(token_logprobs(learner.model, jnp.asarray(batch.input_ids),
+                                                   jnp.asarray(batch.attention_mask), 1.0))
             mask = np.asarray(batch.response_mask) > 0
             np.testing.assert_allclose(recomputed[mask], np.asarray(batch.old_logprobs)[mask], atol=1e-4)
         learner.update(batch, num_minibatches=2)

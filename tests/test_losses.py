@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from greso_jax.models import PRESETS, init_model
-from greso_jax.rl.batch import make_rollout_batch
+from greso_jax.rl.batch import make_train_batch
 from greso_jax.rl.logprobs import token_logprobs, token_logprobs_and_entropy
 from greso_jax.rl.losses import LossConfig, aggregate, kl_penalty, loss_sums, policy_gradient_loss
 
@@ -209,35 +209,35 @@ def test_logprobs_never_build_full_vocab_logits():
 # ---------------------------------------------------------------------------------- batch layout
 
 
-def test_rollout_batch_masks_come_from_lengths_even_when_pad_is_eos():
+def test_train_batch_masks_come_from_lengths_even_when_pad_is_eos():
     eos = pad = 0
     prompts = [[5, 6, 7], [8, 9]]
     responses = np.array([[11, 12, eos, pad, pad], [13, 14, 15, 16, 17]], np.int32)  # row 0 ends with EOS
     lengths = np.array([3, 5])  # EOS counted; row 1 truncated
     logprobs = -np.arange(1, 11, dtype=np.float32).reshape(2, 5)
-    batch = make_rollout_batch(prompts, responses, lengths, logprobs, np.array([1.0, -1.0]), pad_id=pad,
-                               total_length=9)
+    batch = make_train_batch(prompts, responses, lengths, logprobs, np.array([1.0, -1.0]), pad_id=pad,
+                             total_length=9)
     np.testing.assert_array_equal(batch.input_ids, [[5, 6, 7, 11, 12, 0, 0, 0, 0], [8, 9, 13, 14, 15, 16, 17, 0, 0]])
     np.testing.assert_array_equal(batch.attention_mask, [[1] * 6 + [0] * 3, [1] * 7 + [0] * 2])
     np.testing.assert_array_equal(batch.response_mask, [[0, 0, 0, 1, 1, 1, 0, 0, 0], [0, 0, 1, 1, 1, 1, 1, 0, 0]])
     np.testing.assert_array_equal(batch.old_logprobs[0], [0, 0, 0, -1, -2, -3, 0, 0, 0])
     np.testing.assert_array_equal(batch.old_logprobs[1], [0, 0, -6, -7, -8, -9, -10, 0, 0])
     np.testing.assert_array_equal(batch.response_lengths, [3, 5])
-    masked = make_rollout_batch(prompts, responses, lengths, logprobs, np.array([1.0, -1.0]), pad_id=pad,
-                                total_length=9, loss_mask=np.array([True, False]))
+    masked = make_train_batch(prompts, responses, lengths, logprobs, np.array([1.0, -1.0]), pad_id=pad,
+                              total_length=9, loss_mask=np.array([True, False]))
     assert masked.response_mask[1].sum() == 0 and masked.old_logprobs[1].sum() == 0
     np.testing.assert_array_equal(masked.attention_mask, batch.attention_mask)
 
 
-def test_rollout_batch_errors_name_the_row():
+def test_train_batch_errors_name_the_row():
     ok = dict(pad_id=0, total_length=6)
     with pytest.raises(ValueError, match="row 1: prompt 3 \\+ response 4 tokens exceed total_length 6"):
-        make_rollout_batch([[1], [1, 2, 3]], np.ones((2, 4)), [2, 4], np.zeros((2, 4)), [0.0, 0.0], **ok)
+        make_train_batch([[1], [1, 2, 3]], np.ones((2, 4)), [2, 4], np.zeros((2, 4)), [0.0, 0.0], **ok)
     with pytest.raises(ValueError, match="row 0: response length 5 outside"):
-        make_rollout_batch([[1]], np.ones((1, 4)), [5], np.zeros((1, 4)), [0.0], **ok)
+        make_train_batch([[1]], np.ones((1, 4)), [5], np.zeros((1, 4)), [0.0], **ok)
     with pytest.raises(ValueError, match="row 0: empty prompt"):
-        make_rollout_batch([[]], np.ones((1, 4)), [1], np.zeros((1, 4)), [0.0], **ok)
+        make_train_batch([[]], np.ones((1, 4)), [1], np.zeros((1, 4)), [0.0], **ok)
     with pytest.raises(ValueError, match="row 0: advantage nan"):
-        make_rollout_batch([[1]], np.ones((1, 4)), [1], np.zeros((1, 4)), [np.nan], **ok)
+        make_train_batch([[1]], np.ones((1, 4)), [1], np.zeros((1, 4)), [np.nan], **ok)
     with pytest.raises(ValueError, match="response_logprobs shape"):
-        make_rollout_batch([[1]], np.ones((1, 4)), [1], np.zeros((1, 3)), [0.0], **ok)
+        make_train_batch([[1]], np.ones((1, 4)), [1], np.zeros((1, 3)), [0.0], **ok)

@@ -10,7 +10,7 @@ from scipy import stats
 
 from conftest import make_hf_checkpoint
 from greso_jax.models import PRESETS, from_pretrained, init_model
-from greso_jax.sampling import compile_count, generate, lower_generate
+from greso_jax.sampling import compile_count, generate, generate_in_chunks, lower_generate
 
 VOCAB = 97
 PROMPT_LENGTHS = [3, 17, 9, 1, 12, 5, 20, 7, 14]
@@ -200,6 +200,23 @@ def test_row_bucket_changes_the_cache_not_the_samples(checkpoint, prompts):
     per_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4  # K and V, float32
     for out in (default, small):  # prompt cache [Np, Tp] + response cache [rows, max_new_tokens - 1]
         assert out.kv_cache_bytes == per_token * (out.prompt_rows * out.prompt_length + out.rows * 31)
+
+
+def test_generate_in_chunks_is_the_chunk_calls_concatenated():
+    model = init_model(PRESETS["tiny-test"])
+    prompts = [[1, 2], [3], [4, 5, 6], [7, 8], [9]]
+    kwargs = dict(max_new_tokens=4, temperature=1.0, prompt_buckets=(8,), row_buckets=(8,))
+    rng = jax.random.key(3)
+    chunked = generate_in_chunks(model, prompts, num_samples=2, max_rows_per_call=5, rng=rng, **kwargs)
+    parts = [generate(model, prompts[i:i + 2], num_samples=2, rng=jax.random.fold_in(rng, i // 2), **kwargs)
+             for i in (0, 2, 4)]  # 5 rows per call -> 2 prompts of 2 samples
+    for field in ("tokens", "logprobs", "lengths", "truncated"):
+        np.testing.assert_array_equal(getattr(chunked, field), np.concatenate([getattr(p, field) for p in parts]))
+    assert chunked.prompts == prompts and chunked.num_samples == 2
+    assert parts[1].prompts == prompts[2:4] and parts[1].num_samples == 2
+    whole = generate_in_chunks(model, prompts, num_samples=2, max_rows_per_call=0, rng=rng, **kwargs)
+    one_call = generate(model, prompts, num_samples=2, rng=jax.random.fold_in(rng, 0), **kwargs)
+    np.testing.assert_array_equal(whole.tokens, one_call.tokens)
 
 
 @pytest.mark.parametrize("bad, message", [

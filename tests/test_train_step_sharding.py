@@ -15,17 +15,18 @@ SCRIPT = textwrap.dedent("""
     import numpy as np
     from flax import nnx
     from greso_jax.configs import get_config
+    from greso_jax.from_config import learner_from_config
     from greso_jax.models import PRESETS, init_model
     from greso_jax.parallel import make_mesh
-    from greso_jax.rl import Learner, make_rollout_batch
+    from greso_jax.rl import make_train_batch
 
     assert len(jax.devices()) == 8, jax.devices()
     rng = np.random.default_rng(0)
     rows, max_response = 16, 6
     prompts = [list(rng.integers(1, 64, rng.integers(2, 5))) for _ in range(rows)]
-    batches = [make_rollout_batch(prompts, rng.integers(1, 64, (rows, max_response)),
-                                  rng.integers(1, max_response + 1, rows), rng.normal(-4.2, 0.3, (rows, max_response)),
-                                  rng.normal(size=rows), pad_id=0, total_length=12) for _ in range(2)]
+    batches = [make_train_batch(prompts, rng.integers(1, 64, (rows, max_response)),
+                                rng.integers(1, max_response + 1, rows), rng.normal(-4.2, 0.3, (rows, max_response)),
+                                rng.normal(size=rows), pad_id=0, total_length=12) for _ in range(2)]
     config = get_config()
     config.sampling.max_new_tokens = max_response
     # Adam normalises each element's gradient, so rounding noise on an element whose gradient is
@@ -38,7 +39,7 @@ SCRIPT = textwrap.dedent("""
     config.rl.loss_aggregation = "seq-mean-token-mean"
 
     def train(mesh):
-        learner = Learner(init_model(PRESETS["tiny-test"], seed=0), config, mesh=mesh)
+        learner = learner_from_config(init_model(PRESETS["tiny-test"], seed=0), config, mesh)
         metrics = [learner.update(batch, num_minibatches=1) for batch in batches]
         state = nnx.state(learner.model, nnx.Param)
         specs = {k: str(v.sharding.spec) for k, v in (("q_kernel", state["layers"][0]["attn"]["q_kernel"].value),)}

@@ -18,8 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from greso_jax.configs import get_config
+from greso_jax.from_config import learner_from_config
 from greso_jax.models import PRESETS, count_parameters, init_model
-from greso_jax.rl import Learner, make_rollout_batch
+from greso_jax.rl import make_train_batch
 
 
 def matmul_peak_flops(n: int = 2048, repeats: int = 5) -> float:
@@ -42,14 +43,14 @@ def bench_preset(name: str, rows: int, length: int, repeats: int) -> dict:
     config.sampling.max_new_tokens = length // 2
     model = init_model(cfg, seed=0)
     params = count_parameters(model)
-    learner = Learner(model, config)
+    learner = learner_from_config(model, config)
     rng = np.random.default_rng(0)
     prompt_length, response_length = length - length // 2, length // 2
-    batch = make_rollout_batch([list(rng.integers(1, cfg.vocab_size, prompt_length)) for _ in range(rows)],
-                               rng.integers(1, cfg.vocab_size, (rows, response_length)),
-                               np.full(rows, response_length), rng.normal(-np.log(cfg.vocab_size), 0.1,
-                                                                         (rows, response_length)),
-                               rng.normal(size=rows), pad_id=0, total_length=length)
+    batch = make_train_batch([list(rng.integers(1, cfg.vocab_size, prompt_length)) for _ in range(rows)],
+                             rng.integers(1, cfg.vocab_size, (rows, response_length)),
+                             np.full(rows, response_length), rng.normal(-np.log(cfg.vocab_size), 0.1,
+                                                                       (rows, response_length)),
+                             rng.normal(size=rows), pad_id=0, total_length=length)
     start = time.perf_counter()
     learner.update(batch, num_minibatches=1)  # compiles
     compile_s = time.perf_counter() - start

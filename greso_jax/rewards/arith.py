@@ -28,8 +28,3 @@ def is_correct(response: str, ground_truth: str) -> bool:
     except ValueError:
         raise ValueError(f"arith ground truth {ground_truth!r} is not an integer") from None
     return answer is not None and answer == gold
-
-
-def score(response: str, ground_truth: str) -> float:
-    """1.0 when correct, else 0.0 (the synthetic task has no format shaping)."""
-    return 1.0 if is_correct(response, ground_truth) else 0.0

@@ -4,7 +4,8 @@ hangs past its deadline is killed and replaced, its item scores 0 and is counted
 
 Synthetic "arith" items are exact string matches and are graded in the calling process;
 everything else goes through the math grader. `num_workers=0` grades in-process (the
-SIGALRM deadline then only works when called from the main thread).
+SIGALRM deadline then only works when called from the main thread). `score_across_hosts`
+splits one batch over the hosts of a multi-host run.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import multiprocessing.connection
 import signal
 import threading
 import time
+from typing import Sequence
 
 import numpy as np
 
@@ -237,3 +239,28 @@ class GradingPool:
             worker.process.join(timeout=2)
             worker.kill()
         self._workers = []
+
+
+def score_across_hosts(pool: GradingPool, texts: Sequence[str], golds: Sequence[str], sources: Sequence[str], *,
+                       process_index: int, process_count: int, allgather) -> tuple[np.ndarray, np.ndarray, int]:
+    """Grades every response once across hosts: host h grades rows h, h+P, ... (P = process_count),
+    and the results are gathered so every host holds all of them — the selector must observe
+    identical groups everywhere. `allgather(local)` stacks each host's array: [P, *local.shape].
+
+    Returns (rewards f32 [N], correct bool [N], grading failures — timeouts and crashes — summed over hosts).
+    """
+    n = len(texts)
+    rows = np.arange(process_index, n, process_count)
+    scored = pool.score([texts[i] for i in rows], [golds[i] for i in rows], [sources[i] for i in rows])
+    # Every host sends the same shape; column 2 of row 0 carries the host's failure count.
+    local = np.zeros((max(-(-n // process_count), 1), 3), np.float32)
+    local[:len(rows), 0] = scored.rewards
+    local[:len(rows), 1] = scored.correct
+    local[0, 2] = scored.num_timeouts + scored.num_crashes
+    gathered = np.asarray(allgather(local))  # [P, width, 3]
+    rewards, correct = np.zeros(n, np.float32), np.zeros(n, bool)
+    for host in range(process_count):
+        host_rows = np.arange(host, n, process_count)
+        rewards[host_rows] = gathered[host, :len(host_rows), 0]
+        correct[host_rows] = gathered[host, :len(host_rows), 1] > 0.5
+    return rewards, correct, int(gathered[:, 0, 2].sum())

@@ -2,11 +2,47 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-ADVANTAGE_MODES = ("grpo", "drgrpo", "batch_std")
+from greso_jax.registry import Registry
+
+# An estimator maps (GroupStats, *, xp, eps) to the per-group divisor [N]; xp is numpy or
+# jax.numpy, whichever the rewards came in, so one definition serves host and traced code.
+ADVANTAGE_ESTIMATORS: Registry = Registry("advantage estimator")
+
+
+class GroupStats(NamedTuple):
+    """What an estimator may normalise by: rewards and mask weights [N, G], group std [N] (unbiased)."""
+
+    rewards: object
+    weights: object
+    group_std: object
+
+
+@ADVANTAGE_ESTIMATORS.register("grpo")
+def grpo_divisor(stats: GroupStats, *, xp, eps: float):
+    """(r - mean) / (group std + eps)."""
+    return stats.group_std + eps
+
+
+@ADVANTAGE_ESTIMATORS.register("drgrpo")
+def drgrpo_divisor(stats: GroupStats, *, xp, eps: float):
+    """Dr. GRPO: r - mean (dividing by the std over-weights groups that are nearly all right or all wrong)."""
+    return xp.ones(stats.group_std.shape, xp.float32)
+
+
+@ADVANTAGE_ESTIMATORS.register("batch_std")
+def batch_std_divisor(stats: GroupStats, *, xp, eps: float):
+    """(r - group mean) / (std over every masked response of the batch + eps)."""
+    rewards, weights = stats.rewards, stats.weights
+    total = weights.sum()
+    batch_mean = (rewards * weights).sum() / xp.maximum(total, 1.0)
+    batch_var = (((rewards - batch_mean) ** 2) * weights).sum() / xp.maximum(total - 1.0, 1.0)
+    return xp.broadcast_to(xp.sqrt(batch_var) + eps, stats.group_std.shape)
 
 
 def _as_array(x):
@@ -17,7 +53,8 @@ def _as_array(x):
 def compute_advantages(rewards, mode: str, *, response_mask=None, baseline=None, scale=None, eps: float = 1e-6):
     """rewards [N, G] -> advantages [N, G] float32, one per response of each of N groups of G.
 
-    mode "grpo": (r - mean) / (std + eps), mean and unbiased std over the group's masked responses;
+    `mode` names an entry of ADVANTAGE_ESTIMATORS, which supplies the per-group divisor:
+    "grpo": (r - mean) / (std + eps), mean and unbiased std over the group's masked responses;
     "drgrpo": r - mean; "batch_std": (r - group mean) / (std over every masked response of the
     batch + eps). `response_mask` [N, G] bool marks responses that exist / enter the loss (the
     trainer pads ragged groups with False); masked-out responses get advantage 0. `baseline` [N]
@@ -25,8 +62,8 @@ def compute_advantages(rewards, mode: str, *, response_mask=None, baseline=None,
     AERO's Beta-posterior baseline ũ and scale √(ũ(1-ũ)). A group with fewer than two masked
     responses has std 0 (so its advantage is (r - mean) / eps = 0 unless a baseline is given).
     """
-    if mode not in ADVANTAGE_MODES:
-        raise ValueError(f"compute_advantages: mode {mode!r} is not one of {', '.join(ADVANTAGE_MODES)}")
+    if mode not in ADVANTAGE_ESTIMATORS:
+        raise ValueError(f"compute_advantages: mode {mode!r} is not one of {', '.join(ADVANTAGE_ESTIMATORS)}")
     xp = _as_array(rewards)
     rewards = xp.asarray(rewards, dtype=xp.float32)
     if rewards.ndim != 2:
@@ -40,16 +77,7 @@ def compute_advantages(rewards, mode: str, *, response_mask=None, baseline=None,
     mean = (rewards * weights).sum(axis=1) / xp.maximum(count, 1.0)
     squared = ((rewards - mean[:, None]) ** 2) * weights
     group_std = xp.sqrt(squared.sum(axis=1) / xp.maximum(count - 1.0, 1.0))  # unbiased; 0 for a lone response
-
-    if mode == "batch_std":
-        total = weights.sum()
-        batch_mean = (rewards * weights).sum() / xp.maximum(total, 1.0)
-        batch_var = (((rewards - batch_mean) ** 2) * weights).sum() / xp.maximum(total - 1.0, 1.0)
-        divisor = xp.broadcast_to(xp.sqrt(batch_var) + eps, (n,))
-    elif mode == "grpo":
-        divisor = group_std + eps
-    else:  # drgrpo: no normalisation
-        divisor = xp.ones((n,), xp.float32)
+    divisor = ADVANTAGE_ESTIMATORS.get(mode)(GroupStats(rewards, weights, group_std), xp=xp, eps=eps)
 
     if baseline is not None:
         baseline = xp.asarray(baseline, dtype=xp.float32)

@@ -4,7 +4,8 @@ One compiled call is one optimiser update on one mini-batch: its micro-batches a
 inside (exact gradient accumulation), parameters and optimiser state are donated and come back
 with the shardings their logical axes ask for, and a non-finite loss or gradient leaves them
 unchanged. The reference policy (KL term) is evaluated once per `update` call, and only when
-rl.kl_coef > 0.
+the loss's kl_coef > 0. Every setting is an explicit argument (greso_jax.from_config maps the
+experiment config onto them).
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from greso_jax.models import param_shardings
 from greso_jax.parallel import make_mesh, replicated
-from greso_jax.rl.batch import RolloutBatch
+from greso_jax.rl.batch import TrainBatch
 from greso_jax.rl.logprobs import DEFAULT_CHUNK_SIZE, token_logprobs
 from greso_jax.rl.losses import LossConfig
-from greso_jax.rl.optim import learning_rate_at, make_optimizer
+from greso_jax.rl.optim import OptimizerSettings, learning_rate_at, make_optimizer
 from greso_jax.rl.train_step import MicroBatches, accumulate_gradients, guarded_update
 from greso_jax.parallel import multihost
 
@@ -45,35 +46,44 @@ class Learner:
     """Owns the policy's parameters and optimiser state (sharded over `mesh`; default: one device).
 
     The model passed in is trained in place: `learner.model` is that same object, current after
-    every `update`. With config.model.remat the model's layers are rematerialised in the backward
-    pass. The reference policy for the KL term is `reference_model`, or a frozen copy of the
-    initial policy when none is given (only when rl.kl_coef > 0; otherwise nothing is kept).
+    every `update`. `loss` fixes the objective (one compiled update), `optimizer` AdamW and the
+    learning-rate schedule; each `update` makes `ppo_epochs` passes, `micro_batch_size` rows per
+    forward/backward. `temperature` is the sampler's, so the importance ratio compares the same
+    tempered policy. With `remat` the model's layers are rematerialised in the backward pass.
+    The reference policy for the KL term is `reference_model`, or a frozen copy of the initial
+    policy when none is given (only when loss.kl_coef > 0; otherwise nothing is kept).
     """
 
-    def __init__(self, model, config, *, mesh: Mesh | None = None, reference_model=None,
-                 chunk_size: int = DEFAULT_CHUNK_SIZE):
-        self.config = config
-        self.temperature = float(config.sampling.temperature)
+    def __init__(self, model, *, loss: LossConfig, optimizer: OptimizerSettings, micro_batch_size: int,
+                 ppo_epochs: int = 1, temperature: float = 1.0, remat: bool = False, mesh: Mesh | None = None,
+                 reference_model=None, chunk_size: int = DEFAULT_CHUNK_SIZE):
+        if micro_batch_size < 1 or ppo_epochs < 1:
+            raise ValueError(f"Learner: micro_batch_size ({micro_batch_size}) and ppo_epochs ({ppo_epochs}) "
+                             "must be >= 1")
+        self.loss = loss
+        self.optimizer = optimizer
+        self.micro_batch_size = int(micro_batch_size)
+        self.ppo_epochs = int(ppo_epochs)
+        self.temperature = float(temperature)
         self.chunk_size = int(chunk_size)
         self.mesh = mesh if mesh is not None else make_mesh(1, 1, 1, devices=jax.devices()[:1])
-        if config.model.remat and not model.cfg.remat:
+        if remat and not model.cfg.remat:
             model.cfg = model.cfg.replace(remat=True)
         self._model = model
         self._graphdef, params = _split_params(model)
         self._param_shardings = param_shardings(model, self.mesh).to_pure_dict()
         self._replicated = replicated(self.mesh)
-        self.tx = make_optimizer(config)
+        self.tx = make_optimizer(optimizer)
         self._params = multihost.put_tree(params, self._param_shardings)
         abstract_opt_state = jax.eval_shape(self.tx.init, self._params)
         self._opt_shardings = optax.tree_map_params(self.tx, lambda _, sharding: sharding, abstract_opt_state,
                                                     self._param_shardings,
                                                     transform_non_params=lambda _: self._replicated)
         self._opt_state = jax.jit(self.tx.init, out_shardings=self._opt_shardings)(self._params)
-        self._compiled_steps: dict[LossConfig, object] = {}
         self._step = 0  # training steps done (`update` calls): indexes the learning-rate schedule
 
         self._reference = None
-        if config.rl.kl_coef > 0:
+        if loss.kl_coef > 0:
             if reference_model is not None:
                 ref_graphdef, ref_params = _split_params(reference_model)
                 ref_shardings = param_shardings(reference_model, self.mesh).to_pure_dict()
@@ -149,7 +159,7 @@ class Learner:
     def _micro_logprobs(self, graphdef, params, input_ids, attention_mask) -> jax.Array:
         """[B, T] host arrays -> [B, T] device log-probs, evaluated micro_batch_size rows at a time."""
         b, t = input_ids.shape
-        micro = min(self.config.rl.micro_batch_size, b)
+        micro = min(self.micro_batch_size, b)
         if b % micro:
             raise ValueError(f"Learner: batch rows {b} are not a multiple of rl.micro_batch_size {micro}")
         sharding = self._rows_sharding(micro, 3, 1)
@@ -157,16 +167,11 @@ class Learner:
         mask = multihost.put(attention_mask.reshape(b // micro, micro, t), sharding)
         return self._logprobs_fn(graphdef, params, ids, mask).reshape(b, t)
 
-    def compute_logprobs(self, batch: RolloutBatch) -> np.ndarray:
-        """Per-token log-probs [B, T] of batch.input_ids under the current policy (0 at t = 0)."""
-        ids, mask = np.asarray(batch.input_ids, np.int32), np.asarray(batch.attention_mask, np.int32)
-        return np.asarray(jax.device_get(self._micro_logprobs(self._graphdef, self._params, ids, mask)))
-
-    def _step_fn(self, loss_cfg: LossConfig):
-        """The compiled update for this loss configuration (one compilation per distinct config)."""
-        if loss_cfg in self._compiled_steps:
-            return self._compiled_steps[loss_cfg]
+    @functools.cached_property
+    def _step_fn(self):
+        """The compiled update: one optimiser step on one mini-batch of micro-batches."""
         graphdef, tx, temperature, chunk_size = self._graphdef, self.tx, self.temperature, self.chunk_size
+        loss_cfg = self.loss
 
         def step(params, opt_state, learning_rate, micro: MicroBatches):
             grads, stats = accumulate_gradients(graphdef, params, micro, loss_cfg, temperature=temperature,
@@ -179,37 +184,32 @@ class Learner:
                        "actor/nonfinite_skipped": skipped}
             return params, opt_state, metrics
 
-        compiled = jax.jit(step, donate_argnums=(0, 1),
-                           in_shardings=(self._param_shardings, self._opt_shardings, self._replicated, None),
-                           out_shardings=(self._param_shardings, self._opt_shardings, self._replicated))
-        self._compiled_steps[loss_cfg] = compiled
-        return compiled
+        return jax.jit(step, donate_argnums=(0, 1),
+                       in_shardings=(self._param_shardings, self._opt_shardings, self._replicated, None),
+                       out_shardings=(self._param_shardings, self._opt_shardings, self._replicated))
 
     # --------------------------------------------------------------------------------- update
 
-    def update(self, batch: RolloutBatch, *, num_minibatches: int, truncated=None, group_ids=None,
-               token_sum_norm: float | None = None) -> dict[str, float]:
-        """rl.ppo_epochs passes over `num_minibatches` equal mini-batches of consecutive rows, one
-        optimiser update each, rl.micro_batch_size rows per forward/backward. Advances the
+    def update(self, batch: TrainBatch, *, num_minibatches: int, truncated=None, group_ids=None
+               ) -> dict[str, float]:
+        """ppo_epochs passes over `num_minibatches` equal mini-batches of consecutive rows, one
+        optimiser update each, micro_batch_size rows per forward/backward. Advances the
         learning-rate schedule by one training step.
 
         truncated bool [B] (optional) feeds response/truncated_frac (NaN without it). group_ids
         int [B] (optional): actor/frac_zero_std_groups is the fraction of groups whose advantages
-        are all 0; without it, the fraction of rows with advantage 0. token_sum_norm: Dr. GRPO's
-        constant (default sampling.max_new_tokens).
+        are all 0; without it, the fraction of rows with advantage 0.
         """
         start = time.perf_counter()
-        rl = self.config.rl
         arrays = _host_batch(batch)
         b, t = arrays["input_ids"].shape
-        micro = rl.micro_batch_size
+        micro = self.micro_batch_size
         if num_minibatches < 1 or b % num_minibatches:
             raise ValueError(f"Learner.update: {b} rows cannot be split into num_minibatches={num_minibatches}")
         mini_rows = b // num_minibatches
         if mini_rows % micro:
             raise ValueError(f"Learner.update: a mini-batch of {mini_rows} rows ({b} / {num_minibatches}) is not a "
                              f"multiple of rl.micro_batch_size {micro}")
-        loss_cfg = LossConfig.from_config(self.config, token_sum_norm or self.config.sampling.max_new_tokens)
 
         ref_logprobs = None
         if self._reference is not None:
@@ -231,10 +231,10 @@ class Learner:
                 advantages=multihost.put(arrays["advantages"][rows].reshape(num_micro, micro), adv_sharding),
                 ref_logprobs=None if ref_logprobs is None else tokens(ref_logprobs))
 
-        step_fn = self._step_fn(loss_cfg)
-        learning_rate = multihost.put(learning_rate_at(self._step, self.config), self._replicated)
+        step_fn = self._step_fn
+        learning_rate = multihost.put(learning_rate_at(self._step, self.optimizer), self._replicated)
         per_update = []
-        for _ in range(rl.ppo_epochs):
+        for _ in range(self.ppo_epochs):
             for index in range(num_minibatches):
                 self._params, self._opt_state, metrics = step_fn(self._params, self._opt_state, learning_rate,
                                                                  minibatch(index))
@@ -249,11 +249,11 @@ class Learner:
         metrics["actor/num_updates"] = float(len(per_update))
         metrics["actor/lr"] = float(jax.device_get(learning_rate))
         metrics.update(_batch_metrics(arrays, truncated, group_ids))
-        metrics["perf/train_tokens_per_s"] = rl.ppo_epochs * float(arrays["attention_mask"].sum()) / elapsed
+        metrics["perf/train_tokens_per_s"] = self.ppo_epochs * float(arrays["attention_mask"].sum()) / elapsed
         return metrics
 
 
-def _host_batch(batch: RolloutBatch) -> dict[str, np.ndarray]:
+def _host_batch(batch: TrainBatch) -> dict[str, np.ndarray]:
     """NumPy views of the batch's fields with their shapes checked against input_ids [B, T]."""
     arrays = {
         "input_ids": np.asarray(batch.input_ids, np.int32),
@@ -263,13 +263,13 @@ def _host_batch(batch: RolloutBatch) -> dict[str, np.ndarray]:
         "advantages": np.asarray(batch.advantages, np.float32),
     }
     if arrays["input_ids"].ndim != 2:
-        raise ValueError(f"RolloutBatch.input_ids must be [B, T], got shape {arrays['input_ids'].shape}")
+        raise ValueError(f"TrainBatch.input_ids must be [B, T], got shape {arrays['input_ids'].shape}")
     b, t = arrays["input_ids"].shape
     for name in ("attention_mask", "response_mask", "old_logprobs"):
         if arrays[name].shape != (b, t):
-            raise ValueError(f"RolloutBatch.{name} has shape {arrays[name].shape}, expected {(b, t)}")
+            raise ValueError(f"TrainBatch.{name} has shape {arrays[name].shape}, expected {(b, t)}")
     if arrays["advantages"].shape != (b,):
-        raise ValueError(f"RolloutBatch.advantages has shape {arrays['advantages'].shape}, expected {(b,)}")
+        raise ValueError(f"TrainBatch.advantages has shape {arrays['advantages'].shape}, expected {(b,)}")
     lengths = batch.response_lengths
     arrays["response_lengths"] = (arrays["response_mask"].sum(axis=1) if lengths is None
                                   else np.asarray(lengths, np.float32))
@@ -277,7 +277,7 @@ def _host_batch(batch: RolloutBatch) -> dict[str, np.ndarray]:
 
 
 def _batch_metrics(arrays: dict, truncated, group_ids) -> dict[str, float]:
-    """Advantage and response statistics of the rollout batch (host side). Rows with response
+    """Advantage and response statistics of the train batch (host side). Rows with response
     length 0 are padding rows (no response was generated) and are left out of every statistic;
     advantage statistics cover the rows that enter the loss."""
     advantages, lengths = arrays["advantages"], arrays["response_lengths"]

@@ -16,13 +16,18 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
-LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-KL_ESTIMATORS = ("k1", "k3")
+from greso_jax.registry import Registry
+
+# (float mask [B, T], token_sum_norm) -> (per-token weights [B, T], denominator scalar)
+LOSS_AGGREGATIONS: Registry = Registry("loss aggregation")
+# (logprobs [B, T], ref_logprobs [B, T]) -> per-token KL estimate [B, T]
+KL_ESTIMATORS: Registry = Registry("KL estimator")
 
 
 @dataclasses.dataclass(frozen=True)
 class LossConfig:
-    """Static loss hyper-parameters (from config.rl); `token_sum_norm` is Dr. GRPO's constant C."""
+    """Static loss hyper-parameters (greso_jax.from_config maps config.rl onto them); `token_sum_norm` is
+    Dr. GRPO's constant C."""
 
     aggregation: str = "token-mean"
     clip_low: float = 0.2
@@ -42,13 +47,6 @@ class LossConfig:
             raise ValueError(f"rl.dual_clip: must be 0 (off) or > 1, got {self.dual_clip}")
         if self.token_sum_norm <= 0:
             raise ValueError(f"token_sum_norm: must be > 0, got {self.token_sum_norm}")
-
-    @classmethod
-    def from_config(cls, config, token_sum_norm: float) -> "LossConfig":
-        rl = config.rl
-        return cls(aggregation=rl.loss_aggregation, clip_low=float(rl.clip_low), clip_high=float(rl.clip_high),
-                   dual_clip=float(rl.dual_clip), kl_coef=float(rl.kl_coef), kl_estimator=rl.kl_estimator,
-                   entropy_coef=float(rl.entropy_coef), token_sum_norm=float(token_sum_norm))
 
 
 def policy_gradient_loss(logprobs, old_logprobs, advantages, *, clip_low: float, clip_high: float,
@@ -72,30 +70,52 @@ def policy_gradient_loss(logprobs, old_logprobs, advantages, *, clip_low: float,
     return loss, clipped_low, clipped_high
 
 
+@KL_ESTIMATORS.register("k1")
+def kl_k1(logprobs, ref_logprobs):
+    """log π - log π_ref."""
+    return logprobs - ref_logprobs
+
+
+@KL_ESTIMATORS.register("k3")
+def kl_k3(logprobs, ref_logprobs):
+    """exp(log π_ref - log π) - (log π_ref - log π) - 1: unbiased and, unlike k1, never negative."""
+    delta = ref_logprobs - logprobs
+    return jnp.exp(delta) - delta - 1.0
+
+
 def kl_penalty(logprobs, ref_logprobs, estimator: str = "k3"):
-    """Per-token estimate of KL(π ‖ π_ref) from samples of π. k1: log π - log π_ref;
-    k3: exp(log π_ref - log π) - (log π_ref - log π) - 1 (unbiased, non-negative)."""
-    if estimator == "k1":
-        return logprobs - ref_logprobs
-    if estimator == "k3":
-        delta = ref_logprobs - logprobs
-        return jnp.exp(delta) - delta - 1.0
-    raise ValueError(f"rl.kl_estimator: {estimator!r} is not one of {', '.join(KL_ESTIMATORS)}")
+    """Per-token estimate of KL(π ‖ π_ref) from samples of π with the KL_ESTIMATORS entry `estimator`."""
+    if estimator not in KL_ESTIMATORS:
+        raise ValueError(f"rl.kl_estimator: {estimator!r} is not one of {', '.join(KL_ESTIMATORS)}")
+    return KL_ESTIMATORS.get(estimator)(logprobs, ref_logprobs)
+
+
+def _rows_with_tokens(mask):
+    return jnp.sum((jnp.sum(mask, axis=1, keepdims=True) > 0).astype(jnp.float32))
+
+
+@LOSS_AGGREGATIONS.register("token-mean")
+def token_mean(mask, token_sum_norm: float):
+    return mask, jnp.sum(mask)
+
+
+@LOSS_AGGREGATIONS.register("seq-mean-token-mean")
+def seq_mean_token_mean(mask, token_sum_norm: float):
+    tokens = jnp.sum(mask, axis=1, keepdims=True)  # [B, 1]
+    return mask / jnp.maximum(tokens, 1.0), _rows_with_tokens(mask)
+
+
+@LOSS_AGGREGATIONS.register("seq-mean-token-sum-norm")
+def seq_mean_token_sum_norm(mask, token_sum_norm: float):
+    return mask / token_sum_norm, _rows_with_tokens(mask)
 
 
 def aggregation_weights(response_mask, aggregation: str, token_sum_norm: float = 1.0):
     """response_mask [B, T] -> (per-token weights w [B, T], denominator scalar) with
     aggregated = Σ w·l / denominator (see the module docstring)."""
-    mask = response_mask.astype(jnp.float32)
-    if aggregation == "token-mean":
-        return mask, jnp.sum(mask)
-    tokens = jnp.sum(mask, axis=1, keepdims=True)  # [B, 1]
-    has_tokens = (tokens > 0).astype(jnp.float32)
-    if aggregation == "seq-mean-token-mean":
-        return mask / jnp.maximum(tokens, 1.0), jnp.sum(has_tokens)
-    if aggregation == "seq-mean-token-sum-norm":
-        return mask / token_sum_norm, jnp.sum(has_tokens)
-    raise ValueError(f"rl.loss_aggregation: {aggregation!r} is not one of {', '.join(LOSS_AGGREGATIONS)}")
+    if aggregation not in LOSS_AGGREGATIONS:
+        raise ValueError(f"rl.loss_aggregation: {aggregation!r} is not one of {', '.join(LOSS_AGGREGATIONS)}")
+    return LOSS_AGGREGATIONS.get(aggregation)(response_mask.astype(jnp.float32), token_sum_norm)
 
 
 def aggregate(values, response_mask, aggregation: str, token_sum_norm: float = 1.0):

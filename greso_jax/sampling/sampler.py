@@ -21,16 +21,15 @@ import numpy as np
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
-from greso_jax.configs import get_config
 from greso_jax.models.weights import param_shardings
 from greso_jax.parallel.sharding import batch_sharding
 from greso_jax.sampling.kv_cache import decode_step, empty_response_cache, prefill
 from greso_jax.sampling.token_sampling import SamplingMode, choose_tokens, mode_of, row_keys
 from greso_jax.parallel import multihost
 
-_DEFAULTS = get_config().sampling
-DEFAULT_PROMPT_BUCKETS: tuple[int, ...] = tuple(_DEFAULTS.prompt_length_buckets)
-DEFAULT_ROW_BUCKETS: tuple[int, ...] = tuple(_DEFAULTS.row_buckets)
+# Powers of two: padding wastes less than half a bucket, and a run compiles only a few programs.
+DEFAULT_PROMPT_BUCKETS: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+DEFAULT_ROW_BUCKETS: tuple[int, ...] = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 
 _COMPILED: dict = {}  # program key -> jax.stages.Compiled
 
@@ -42,7 +41,8 @@ def compile_count() -> int:
 
 @dataclasses.dataclass(frozen=True)
 class SampleOutput:
-    """Host (numpy) results of `generate`, N*G rows (padding rows of the bucket dropped).
+    """Host (numpy) results of `generate` (or `generate_in_chunks`), N*G rows (padding rows of the
+    bucket dropped).
 
     tokens     int32 [N*G, max_new_tokens], pad_id after the end
     logprobs   float32 [N*G, max_new_tokens], log softmax(logits / T)[token] (T = 0: log softmax(logits)),
@@ -51,6 +51,9 @@ class SampleOutput:
     truncated  bool [N*G], True when no EOS came within max_new_tokens
     kv_cache_bytes   bytes of the KV cache the program allocated (prompt + response caches, bucket size)
     prompt_rows, rows, prompt_length   the bucketed shapes the program ran at
+               (`generate_in_chunks`: the largest over its calls)
+    prompts    the N prompts (token-id lists) in order: row r answers prompts[r // num_samples]
+    num_samples  G, responses per prompt
     """
 
     tokens: np.ndarray
@@ -61,6 +64,8 @@ class SampleOutput:
     prompt_rows: int
     rows: int
     prompt_length: int
+    prompts: Sequence[Sequence[int]] = ()
+    num_samples: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,7 +256,7 @@ def generate(model, prompts: list[list[int]], *, num_samples: int, max_new_token
 
     temperature 0 is greedy; top_k 0 and top_p 1 are off. Same `rng` -> identical output. The
     prompt batch is padded to a prompt-length bucket and the rows to a row bucket (defaults:
-    the base config's sampling.prompt_length_buckets / row_buckets), so a run compiles one
+    DEFAULT_PROMPT_BUCKETS / DEFAULT_ROW_BUCKETS), so a run compiles one
     program per (bucket, group size, max_new_tokens, sampling mode). With a mesh (or a model
     whose parameters live on one), rows split over the ("data", "fsdp") axes.
     """
@@ -266,4 +271,30 @@ def generate(model, prompts: list[list[int]], *, num_samples: int, max_new_token
     real = len(prompts) * plan.group
     return SampleOutput(tokens=tokens[:real], logprobs=logprobs[:real], lengths=lengths[:real],
                         truncated=truncated[:real], kv_cache_bytes=kv_cache_bytes(model.cfg, plan),
-                        prompt_rows=plan.prompt_rows, rows=plan.rows, prompt_length=plan.prompt_length)
+                        prompt_rows=plan.prompt_rows, rows=plan.rows, prompt_length=plan.prompt_length,
+                        prompts=list(prompts), num_samples=num_samples)
+
+
+def generate_in_chunks(model, prompts: list[list[int]], *, num_samples: int, max_rows_per_call: int,
+                       rng: jax.Array, **generate_kwargs) -> SampleOutput:
+    """`generate` over consecutive slices of `prompts`, at most `max_rows_per_call` response rows
+    per call (0: one call), so that the KV cache of a large pass fits in device memory. Call i
+    uses the key fold_in(rng, i). Returns one SampleOutput over all prompts, rows in prompt order.
+    """
+    if not prompts or num_samples < 1 or max_rows_per_call < 0:
+        raise ValueError(f"generate_in_chunks: needs prompts ({len(prompts)}), num_samples >= 1 ({num_samples}) "
+                         f"and max_rows_per_call >= 0 ({max_rows_per_call})")
+    per_call = len(prompts)
+    if max_rows_per_call:
+        per_call = max(1, max_rows_per_call // num_samples)
+    parts = [generate(model, prompts[start:start + per_call], num_samples=num_samples,
+                      rng=jax.random.fold_in(rng, i), **generate_kwargs)
+             for i, start in enumerate(range(0, len(prompts), per_call))]
+    return SampleOutput(tokens=np.concatenate([p.tokens for p in parts]),
+                        logprobs=np.concatenate([p.logprobs for p in parts]),
+                        lengths=np.concatenate([p.lengths for p in parts]),
+                        truncated=np.concatenate([p.truncated for p in parts]),
+                        kv_cache_bytes=max(p.kv_cache_bytes for p in parts),
+                        prompt_rows=max(p.prompt_rows for p in parts), rows=max(p.rows for p in parts),
+                        prompt_length=max(p.prompt_length for p in parts), prompts=list(prompts),
+                        num_samples=num_samples)

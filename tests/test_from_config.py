@@ -1,0 +1,30 @@
+"""from_config: the experiment config maps onto the learner's and the sampler's explicit settings."""
+
+from greso_jax.configs import get_config
+from greso_jax.from_config import learner_from_config, loss_config, optimizer_settings, sampling_kwargs
+from greso_jax.models import PRESETS, init_model
+from greso_jax.rl.losses import LossConfig
+from greso_jax.rl.optim import OptimizerSettings
+
+
+def test_learner_settings_come_from_the_config():
+    c = get_config()
+    c.rl.loss_aggregation, c.rl.kl_coef, c.rl.kl_estimator, c.rl.clip_high = "seq-mean-token-sum-norm", 0.0, "k1", 0.28
+    c.rl.micro_batch_size, c.rl.ppo_epochs = 4, 2
+    c.sampling.max_new_tokens, c.sampling.temperature = 12, 0.7
+    c.train.lr_schedule, c.train.warmup_steps, c.train.num_steps = "warmup_cosine", 3, 40
+    assert loss_config(c) == LossConfig(aggregation="seq-mean-token-sum-norm", clip_high=0.28, kl_estimator="k1",
+                                        token_sum_norm=12.0)
+    assert optimizer_settings(c) == OptimizerSettings(lr_schedule="warmup_cosine", warmup_steps=3, num_steps=40)
+    learner = learner_from_config(init_model(PRESETS["tiny-test"].replace(num_layers=1), seed=0), c)
+    assert (learner.loss, learner.optimizer) == (loss_config(c), optimizer_settings(c))
+    assert (learner.micro_batch_size, learner.ppo_epochs, learner.temperature) == (4, 2, 0.7)
+
+
+def test_sampling_kwargs():
+    c = get_config()
+    c.sampling.max_rows_per_call, c.sampling.top_k = 64, 5
+    assert sampling_kwargs(c) == {
+        "max_new_tokens": c.sampling.max_new_tokens, "temperature": 1.0, "top_p": 1.0, "top_k": 5,
+        "prompt_buckets": tuple(c.sampling.prompt_length_buckets), "row_buckets": tuple(c.sampling.row_buckets),
+        "max_rows_per_call": 64}
