@@ -38,7 +38,7 @@ def run_selection_step(selector: Selector, step: int, *, pull_prompts: PullFn, r
     """Pulls, rolls out, observes and filters until the step's batch is built; closes the step.
 
     Calls selector.begin_step(step, epoch=epoch) first and selector.end_step() last (which
-    adapts GRESO's p): the caller must not call either itself. `pull_prompts(n)` returns up to
+    adapts the strategy): the caller must not call either itself. `pull_prompts(n)` returns up to
     n prompts the pipeline kept with `selector.should_keep`; returning none ends the step early.
     """
     if train_batch_size < 1:
