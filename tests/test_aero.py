@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from greso_jax.rl.advantages import compute_advantages
 from greso_jax.selection import AeroSelector
 from greso_jax.selection.aero import posterior_baseline, rejection_mask, rescue_widths
 
@@ -38,17 +39,17 @@ def test_curate_strata():
     s = AeroSelector(4, n_explore=4, n_extra=4, max_group_size=12, reject_k=1.0, seed=1)
     s.begin_step(3)
     s.observe_counts([0, 1, 2, 3], [4, 0, 2, 1], [4, 12, 4, 4])
-    mask, base, scale = s.curate(0, np.ones(4, bool), np.ones(4, np.float32))  # all correct: posterior
+    mask, _, base, scale = s.curate(0, np.ones(4, bool), np.ones(4, np.float32))  # all correct: posterior
     assert mask.all() and (base, scale) == pytest.approx((5 / 6, math.sqrt(5 / 36)))
-    mask, base, scale = s.curate(1, np.zeros(12, bool), np.zeros(12, np.float32))  # rescue failed: posterior
+    mask, _, base, scale = s.curate(1, np.zeros(12, bool), np.zeros(12, np.float32))  # rescue failed: posterior
     assert mask.all() and base == pytest.approx(1 / 14)
     half = np.array([True, True, False, False])
-    mask, base, scale = s.curate(2, half, half.astype(np.float32))  # u = 0.5: kept as generated
+    mask, _, base, scale = s.curate(2, half, half.astype(np.float32))  # u = 0.5: kept as generated
     assert mask.all() and math.isnan(base) and math.isnan(scale)
     low = np.array([False, True, False, False])
-    mask, base, scale = s.curate(3, low, low.astype(np.float32))  # u = 0.25: 1 correct + 1 incorrect
+    mask, _, base, scale = s.curate(3, low, low.astype(np.float32))  # u = 0.25: 1 correct + 1 incorrect
     assert mask[1] and mask.sum() == 2 and math.isnan(base)
-    again, _, _ = s.curate(3, low, low.astype(np.float32))
+    again = s.curate(3, low, low.astype(np.float32)).loss_mask
     np.testing.assert_array_equal(mask, again)  # keyed by (seed, step, prompt): deterministic
     assert s.end_step()["selection/posterior_groups"] == 2
 
@@ -80,7 +81,51 @@ def test_posterior_accumulates_across_steps_and_survives_state_round_trip():
 def test_bad_knobs_are_named():
     with pytest.raises(ValueError, match="selection.aero.n_explore"):
         AeroSelector(3, n_explore=8, max_group_size=8)
+    with pytest.raises(ValueError, match="selection.aero.n_explore"):
+        AeroSelector(3, group_size=3)  # half the budget of 3 is one response: no success rate
     with pytest.raises(ValueError, match="selection.aero.reject_below"):
         AeroSelector(3, reject_below=0.0)
     with pytest.raises(ValueError, match="selection.aero.prior_alpha"):
         AeroSelector(3, prior_alpha=0.0)
+
+
+def test_wrong_but_formatted_group_is_not_reinforced():
+    """A fresh prompt whose 16 responses are all wrong but boxed (shaped reward 0.1 each): the posterior
+    counts correctness, the group's rewards become 0, and every advantage is negative."""
+    s = AeroSelector(1, n_explore=8, max_group_size=16)
+    s.begin_step(1)
+    correct = np.zeros(16, bool)
+    s.observe_counts([0], [0], [16])
+    mask, rewards, base, scale = s.curate(0, correct, np.full(16, 0.1, np.float32))
+    assert mask.all() and rewards.tolist() == [0.0] * 16 and base == pytest.approx(1 / 18)
+    advantages = compute_advantages(rewards[None], "grpo", baseline=np.array([base]), scale=np.array([scale]))
+    assert (advantages < 0).all()
+
+
+def test_budget_defaults_to_the_group_size_and_stage_one_to_half():
+    s = AeroSelector(2, group_size=8)
+    assert (s.n_explore, s.max_group_size, s.rescue_widths()) == (4, 8, [4])
+    s = AeroSelector(2, group_size=8, max_group_size=16)  # a larger budget is allowed and reported
+    assert (s.n_explore, s.max_group_size) == (8, 16)
+    s.begin_step(0)
+    assert s.end_step()["selection/max_group_size"] == 16
+
+
+def test_rejection_follows_the_stage_one_stratum():
+    """A group rescued from 0 of 4 to 1 correct of 8 is the rescue stratum: it trains on all 8 responses."""
+    s = AeroSelector(1, n_explore=4, max_group_size=8, seed=2)
+    s.begin_step(0)
+    rescued = np.array([False] * 4 + [True, False, False, False])
+    s.observe_counts([0], [1], [8])
+    mask, rewards, base, _ = s.curate(0, rescued, rescued.astype(np.float32))
+    assert mask.all() and math.isnan(base) and rewards.tolist() == rescued.astype(np.float32).tolist()
+
+
+def test_posterior_choices_are_fields():
+    s = AeroSelector(1, n_explore=2, max_group_size=4, posterior_from="group", posterior_responses=2)
+    s.begin_step(0)
+    s.observe_counts([0], [0], [40])  # a long history of failures, ignored with posterior_from="group"
+    mask, _, base, _ = s.curate(0, np.ones(4, bool), np.ones(4, np.float32))
+    assert base == pytest.approx(5 / 6) and mask.sum() == 2
+    with pytest.raises(ValueError, match="selection.aero.posterior_from"):
+        AeroSelector(1, posterior_from="prior")

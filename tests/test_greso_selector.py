@@ -54,7 +54,7 @@ def test_repeated_prompt_in_one_call_applies_in_order():
 
 
 def test_adaptation_both_directions_and_ge_boundary():
-    s = GresoSelector(24, delta_p=0.01, target_zero_variance=0.25)  # targets: easy 1/12, hard 1/6
+    s = GresoSelector(24, delta_p=0.01, target_zero_variance=0.25, adapt_from_epoch=0)  # easy 1/12, hard 1/6
     s.begin_step(0)
     s.observe(np.arange(12), groups(*("e" + "h" + "m" * 10)))  # easy 1/12 >= 1/12, hard 1/12 < 1/6
     s.end_step()
@@ -66,7 +66,7 @@ def test_adaptation_both_directions_and_ge_boundary():
 
 
 def test_adaptation_counts_every_pass_of_the_step_and_empty_step_keeps_p():
-    s = GresoSelector(8, delta_p=0.05, target_zero_variance=0.3)  # targets: easy 0.1, hard 0.2
+    s = GresoSelector(8, delta_p=0.05, target_zero_variance=0.3, adapt_from_epoch=0)  # easy 0.1, hard 0.2
     s.begin_step(0)
     s.observe([0, 1, 2, 3, 4], groups("m", "m", "m", "m", "m"))
     s.observe([5], groups("e"))  # over the step: easy 1/6 >= 0.1, hard 0 < 0.2
@@ -79,7 +79,7 @@ def test_adaptation_counts_every_pass_of_the_step_and_empty_step_keeps_p():
 
 
 def test_clamps_at_p_min_and_p_max():
-    s = GresoSelector(4, p_easy=0.06, p_hard=0.94, delta_p=0.05, p_min=0.05, p_max=0.95)
+    s = GresoSelector(4, p_easy=0.06, p_hard=0.94, delta_p=0.05, p_min=0.05, p_max=0.95, adapt_from_epoch=0)
     for step in range(3):
         s.begin_step(step)
         s.observe([0, 1, 2, 3], groups("e", "e", "m", "m"))  # always above the easy target, no hard
@@ -142,7 +142,7 @@ def test_scripted_sequence_matches_reference_rules():
     probe = np.arange(num_prompts)
     expected_traj, expected_keep = reference_greso(scripted, probe_ids=probe, **settings)
     s = GresoSelector(num_prompts, p_easy=0.5, p_hard=0.5, delta_p=0.02, target_zero_variance=0.4, p_min=0.1,
-                      p_max=0.9)
+                      p_max=0.9, adapt_from_epoch=0)
     hit_floor = False
     for step, passes in enumerate(scripted):
         s.begin_step(step)
@@ -236,3 +236,57 @@ def test_keep_probabilities_for_a_million_ids_match_the_formula():
     expected = np.where(streak > 0, np.maximum(0.7 ** streak, 0.01),
                         np.where(streak < 0, np.maximum(0.4 ** -streak, 0.01), 1.0))
     np.testing.assert_allclose(s.keep_probabilities(ids), expected, rtol=1e-12)
+
+
+def test_p_holds_through_epoch_zero_then_moves_by_delta_p_and_resumes_exactly():
+    """A scripted 3-epoch stream: p stays at its initial values while the stream is in epoch 0 (no prompt
+    has a history yet), then moves by exactly delta_p per step; a selector restored from a mid-run state
+    makes identical keep decisions and p moves from then on."""
+    num_prompts, per_step, delta_p = 40, 10, 0.03
+    success = np.random.default_rng(5).choice([0.0, 0.3, 1.0], size=num_prompts)
+
+    def run(selector, steps, trace):
+        for step in steps:
+            epoch = (step * per_step) // num_prompts
+            order = np.random.default_rng([9, epoch]).permutation(num_prompts)
+            start = (step * per_step) % num_prompts
+            candidates = order[start:start + per_step]
+            selector.begin_step(step, epoch=epoch)
+            keep = selector.should_keep(candidates, np.full(candidates.size, epoch))
+            ids = candidates[keep]
+            outcomes = np.random.default_rng([9, step]).random((ids.size, 4)) < success[ids, None]
+            before = (selector.p_easy, selector.p_hard)
+            selector.observe(ids, outcomes)
+            selector.end_step()
+            trace.append((epoch, ids.size, before, (selector.p_easy, selector.p_hard), keep.tolist()))
+
+    full = GresoSelector(num_prompts, delta_p=delta_p, seed=2)
+    trace = []
+    run(full, range(12), trace)  # 12 steps x 10 prompts = 3 epochs of 40
+    for epoch, rolled_out, before, after, _ in trace:
+        if epoch == 0:
+            assert before == after == (0.5, 0.5)
+        elif rolled_out:
+            assert all(abs(abs(a - b) - delta_p) < 1e-12 for a, b in zip(after, before))
+        else:  # a step that rolled out nothing (every candidate skipped) leaves p unchanged
+            assert after == before
+    assert sum(epoch > 0 and rolled_out > 0 for epoch, rolled_out, *_ in trace) >= 6
+    resumed = GresoSelector(num_prompts, delta_p=delta_p, seed=2)
+    partial = []
+    run(resumed, range(5), partial)
+    state = resumed.state_dict()
+    restored = GresoSelector(num_prompts, delta_p=delta_p, seed=2)
+    restored.load_state_dict(state)
+    run(restored, range(5, 12), partial)
+    assert partial == trace
+
+
+def test_a_prompt_met_in_two_epochs_of_one_step_gets_a_decision_per_occurrence():
+    s = GresoSelector(5000, p_easy=0.5, p_hard=0.5, seed=1)
+    s.streak[:] = 1  # keep probability 0.5 for every prompt
+    s.begin_step(7, epoch=3)
+    ids = np.arange(5000)
+    first, second = s.should_keep(ids, np.full(5000, 3)), s.should_keep(ids, np.full(5000, 4))
+    assert 0.45 < first.mean() < 0.55 and 0.45 < second.mean() < 0.55
+    assert 0.45 < np.mean(first != second) < 0.55  # independent draws disagree half of the time
+    np.testing.assert_array_equal(first, s.should_keep(ids))  # default: the step's epoch

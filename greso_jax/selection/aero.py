@@ -1,29 +1,40 @@
-"""AERO ("Train Less, Learn More"), as we read it: adapt each group's size and loss mask instead of skipping prompts.
+"""AERO ("Train Less, Learn More"), as we read it: adapt each group's size and loss terms instead of skipping prompts.
 
-Our reading of the paper (its full text was not available to us; every knob is explicit
-so a reader can align it with the paper):
-- Stage I: `n_explore` rollouts per prompt; success rate u = correct / n_explore.
-- Rescue (u == 0): rounds of `n_extra` more rollouts over the still-unsolved prompts, until
-  one is correct or the per-prompt budget `max_group_size` is spent (the last round is
-  narrower if n_extra does not divide the budget). Each round is one generation call over
-  the unsolved subset, so the number of calls is bounded and shapes stay static.
-- Selective rejection (0 < u < `reject_below`, u over the final group, rescue included):
-  keep every correct response and ceil(`reject_k` · correct) of the incorrect ones, picked by
-  counter-based draws keyed by (seed, step, prompt id, response); the rest get loss mask 0.
-- No dead zones: a group whose loss-masked rewards are all equal gets a baseline from the
-  prompt's Beta posterior, Beta(`prior_alpha` + successes, `prior_beta` + failures),
-  successes / failures accumulated over every rollout of the prompt (this step included):
-  baseline ũ = α / (α + β) and scale √(ũ(1 − ũ)), so its advantage (r − ũ) / scale is not
-  identically zero. This assumes binary {0, 1} rewards, where ũ is in reward units.
-Groups with u >= reject_below are kept as generated. rl.group_size is not used by AERO.
-Settings: `AeroSettings` (`selection.aero.*`); design notes: docs/design.md, "AERO".
+Our reading of the paper (its method section was not available to us; where the reading is
+a choice, it is a config field of `AeroSettings`, `selection.aero.*`):
+- Budget: a prompt gets at most `max_group_size` responses (0: rl.group_size, so AERO is
+  compared with the other strategies at the same per-prompt budget; a larger cap is allowed
+  and reported as `selection/max_group_size`). Stage I generates `n_explore` of them (0: half
+  the cap); its success rate u = correct / n_explore picks the prompt's stratum.
+- u == 0, rescue: rounds of `n_extra` more rollouts over the still-unsolved prompts, until one
+  is correct or the budget is spent (the last round is narrower when n_extra does not divide
+  it). Each round is one generation call over the unsolved subset, so the number of calls is
+  bounded and shapes stay static. A rescued group trains on all its responses.
+- 0 < u < `reject_below`, selective rejection, decided on the Stage-I responses: keep every
+  correct response and ceil(`reject_k` · correct) of the incorrect ones, picked by
+  counter-based draws keyed by (seed, step, prompt id, response). Rejected responses leave
+  the update batch altogether (rl.assemble_batch drops rows whose loss mask is 0), so their
+  forward and backward passes are not paid.
+- u >= reject_below: kept as generated.
+- No dead zones: a group whose kept responses are all correct or all incorrect gets a
+  baseline from a Beta posterior, Beta(`prior_alpha` + successes, `prior_beta` + failures),
+  with successes / failures over the prompt's whole history, this step included
+  (`posterior_from="history"`), or over this group only (`"group"`): baseline ũ = α / (α + β)
+  and scale √(ũ(1 − ũ)). `posterior_responses` of its responses enter the loss (0: all).
+- Correctness, never a shaped reward: strata, rescue and the posterior count correct
+  responses, and a posterior group's rewards are replaced by its correctness (0 / 1), the
+  units ũ is in. With a format bonus (reward 0.1 for a boxed wrong answer) an all-wrong group
+  would otherwise have reward 0.1 > ũ and its wrong answers would be reinforced.
+- The posterior scale replaces the group's std, so it applies exactly where the advantage
+  estimator divides by a group std (rl.advantage="grpo"); estimators that do not ("drgrpo",
+  "batch_std") ignore it, for posterior and ordinary groups alike (rl.advantages).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
@@ -31,9 +42,13 @@ from greso_jax.selection import counter_rng
 from greso_jax.selection.base import PassConfig, Selector, StrategySettings
 from greso_jax.selection.groups import Group, PassRequest
 from greso_jax.selection.registry import register_strategy
-from greso_jax.specs import FLOAT, INT, ConfigError, Spec, field
+from greso_jax.specs import FLOAT, INT, STR, ConfigError, Spec, field
 
-_REJECT_STREAM = 2  # counter_rng stream id of the rejection draws
+_REJECT_STREAM = 2  # counter_rng stream id of the rejection and posterior-subset draws
+
+
+def _zero_or_at_least(low: int):
+    return lambda value: None if value == 0 or value >= low else f"must be 0 (derived) or >= {low}"
 
 
 def rescue_widths(n_explore: int, n_extra: int, max_group_size: int) -> list[int]:
@@ -68,20 +83,36 @@ def posterior_baseline(successes: float, failures: float, prior_alpha: float,
 class AeroSettings(StrategySettings):
     """`selection.aero.*`: AERO's stages, rejection and posterior (our reading of the paper, module docstring)."""
 
-    n_explore: int = field(4, Spec(INT, 2), "Stage I rollouts per prompt (>= 2 to estimate a success rate)")
+    n_explore: int = field(0, Spec(INT, 0, check=_zero_or_at_least(2)), "Stage I rollouts per prompt (0: half of "
+                           "the budget; >= 2 to estimate a success rate)")
     n_extra: int = field(4, Spec(INT, 1), "rollouts added per rescue round to prompts with no correct response")
-    max_group_size: int = field(16, Spec(INT, 2), "per-prompt response budget, Stage I and rescue together")
+    max_group_size: int = field(0, Spec(INT, 0, check=_zero_or_at_least(3)), "per-prompt response budget, Stage "
+                                "I and rescue together (0: rl.group_size, the other strategies' budget)")
     reject_k: float = field(1.0, Spec(FLOAT, 0), "selective rejection keeps ceil(reject_k * #correct) "
                             "incorrect responses")
     reject_below: float = field(0.5, Spec(FLOAT, 0, 1, low_open=True), "selective rejection applies while the "
-                                "success rate is below this")
+                                "Stage-I success rate is below this")
     prior_alpha: float = field(1.0, Spec(FLOAT, 0, low_open=True), "Beta prior alpha of the per-prompt posterior")
     prior_beta: float = field(1.0, Spec(FLOAT, 0, low_open=True), "Beta prior beta of the per-prompt posterior")
+    posterior_from: str = field("history", Spec(STR, choices=("history", "group")), "posterior counts: the "
+                                "prompt's whole history (this step included) or this group only")
+    posterior_responses: int = field(0, Spec(INT, 0), "responses of a posterior group that enter the loss "
+                                     "(0: all)")
 
     def check_relations(self, prefix: str) -> None:
-        if self.n_explore >= self.max_group_size:
+        if self.n_explore and self.max_group_size and self.n_explore >= self.max_group_size:
             raise ConfigError(f"{prefix}.n_explore: {self.n_explore} must be below {prefix}.max_group_size "
                               f"{self.max_group_size}")
+
+
+class Curated(NamedTuple):
+    """What curation decides for one group: loss mask bool [k], rewards float32 [k] for the
+    advantage, and baseline / scale overrides (NaN: the group's own statistics)."""
+
+    loss_mask: np.ndarray
+    rewards: np.ndarray
+    baseline: float
+    scale: float
 
 
 @register_strategy("aero")
@@ -90,18 +121,25 @@ class AeroSelector(Selector):
 
     Settings = AeroSettings
 
-    def __init__(self, num_prompts: int, *, n_explore: int = 4, n_extra: int = 4, max_group_size: int = 16,
+    def __init__(self, num_prompts: int, *, n_explore: int = 0, n_extra: int = 4, max_group_size: int = 0,
                  reject_k: float = 1.0, reject_below: float = 0.5, prior_alpha: float = 1.0,
-                 prior_beta: float = 1.0, seed: int = 0, group_size: int = 8,
-                 pass_config: PassConfig | None = None):
+                 prior_beta: float = 1.0, posterior_from: str = "history", posterior_responses: int = 0,
+                 seed: int = 0, group_size: int = 8, pass_config: PassConfig | None = None):
         super().__init__(num_prompts, group_size=group_size, pass_config=pass_config, seed=seed)
         settings = AeroSettings(n_explore=n_explore, n_extra=n_extra, max_group_size=max_group_size,
                                 reject_k=reject_k, reject_below=reject_below, prior_alpha=prior_alpha,
-                                prior_beta=prior_beta).checked("selection.aero")
-        self.n_explore, self.n_extra = int(settings.n_explore), int(settings.n_extra)
-        self.max_group_size = int(settings.max_group_size)
+                                prior_beta=prior_beta, posterior_from=posterior_from,
+                                posterior_responses=posterior_responses).checked("selection.aero")
+        self.max_group_size = int(settings.max_group_size or self.group_size)
+        self.n_explore = int(settings.n_explore or self.max_group_size // 2)
+        if not 2 <= self.n_explore < self.max_group_size:
+            raise ConfigError(f"selection.aero.n_explore: Stage I of {self.n_explore} responses must be >= 2 and "
+                              f"below the budget of {self.max_group_size} (selection.aero.max_group_size, "
+                              "0 = rl.group_size)")
+        self.n_extra = int(settings.n_extra)
         self.reject_k, self.reject_below = float(settings.reject_k), float(settings.reject_below)
         self.prior_alpha, self.prior_beta = float(settings.prior_alpha), float(settings.prior_beta)
+        self.posterior_from, self.posterior_responses = settings.posterior_from, int(settings.posterior_responses)
         self.successes = np.zeros(self.num_prompts, dtype=np.int32)  # correct responses over the prompt's history
         self.failures = np.zeros(self.num_prompts, dtype=np.int32)
         self.step_posterior_groups = 0
@@ -120,35 +158,43 @@ class AeroSelector(Selector):
         return PassRequest(num_samples=widths[passes - 1], extend=unsolved)
 
     def finish_step(self, groups: list[Group], train_batch_size: int) -> list[Group]:
-        """Observes the final groups (rescue included), then curates each one's loss mask and baseline."""
+        """Observes the final groups (rescue included), then curates each one's loss terms."""
         self.observe_groups(groups)
         for group in groups:
-            group.loss_mask, group.baseline, group.scale = self.curate(group.prompt_id, group.correct,
-                                                                       group.rewards)
+            group.loss_mask, group.rewards, group.baseline, group.scale = self.curate(
+                group.prompt_id, group.correct, group.rewards)
         return groups
 
     def rescue_widths(self) -> list[int]:
         return rescue_widths(self.n_explore, self.n_extra, self.max_group_size)
 
-    def curate(self, prompt_id: int, correct: np.ndarray, rewards: np.ndarray) -> tuple[np.ndarray, float, float]:
-        """Loss mask bool [k] and baseline / scale overrides (NaN: use the group's own statistics).
+    def curate(self, prompt_id: int, correct: np.ndarray, rewards: np.ndarray) -> Curated:
+        """The loss terms of one group whose first n_explore responses are its Stage I.
 
-        Call after `observe_counts` has recorded this group, so the posterior includes it.
+        Call after the group was observed, so that a history posterior includes it.
         """
         correct = np.asarray(correct, dtype=bool)
         rewards = np.asarray(rewards, dtype=np.float32)
-        num_correct = int(correct.sum())
+        key = counter_rng.scalar_key(self.seed, _REJECT_STREAM, self.step, prompt_id)
+        draws = counter_rng.uniform(key, np.arange(correct.size))
+        stage_one_correct = int(correct[:self.n_explore].sum())
         mask = np.ones(correct.shape, dtype=bool)
-        if 0 < num_correct < self.reject_below * correct.size:
-            key = counter_rng.scalar_key(self.seed, _REJECT_STREAM, self.step, prompt_id)
-            mask = rejection_mask(correct, counter_rng.uniform(key, np.arange(correct.size)), self.reject_k)
-        kept = rewards[mask]
-        if kept.size and kept.max() > kept.min():
-            return mask, math.nan, math.nan
+        if 0 < stage_one_correct < self.reject_below * min(self.n_explore, correct.size):
+            mask = rejection_mask(correct, draws, self.reject_k)
+        kept = correct[mask]
+        if kept.any() and not kept.all():
+            return Curated(mask, rewards, math.nan, math.nan)
         self.step_posterior_groups += 1
-        baseline, scale = posterior_baseline(self.successes[prompt_id], self.failures[prompt_id],
-                                             self.prior_alpha, self.prior_beta)
-        return mask, baseline, scale
+        if self.posterior_from == "history":
+            successes, failures = self.successes[prompt_id], self.failures[prompt_id]
+        else:
+            successes, failures = int(correct.sum()), int((~correct).sum())
+        baseline, scale = posterior_baseline(successes, failures, self.prior_alpha, self.prior_beta)
+        if self.posterior_responses and mask.sum() > self.posterior_responses:
+            chosen = np.flatnonzero(mask)[np.argsort(draws[mask], kind="stable")[:self.posterior_responses]]
+            mask = np.zeros(correct.shape, dtype=bool)
+            mask[chosen] = True
+        return Curated(mask, correct.astype(np.float32), baseline, scale)
 
     def begin_step(self, step: int, *, epoch: int = 0) -> None:
         super().begin_step(step, epoch=epoch)
@@ -157,6 +203,7 @@ class AeroSelector(Selector):
     def end_step(self) -> dict[str, float]:
         metrics = super().end_step()
         metrics["selection/posterior_groups"] = float(self.step_posterior_groups)
+        metrics["selection/max_group_size"] = float(self.max_group_size)
         return metrics
 
     def _update_history(self, ids, num_correct, num_samples, easy, hard) -> None:

@@ -135,8 +135,10 @@ class Selector:
 
     # -- keep decisions and history -----------------------------------------------------------
 
-    def should_keep(self, prompt_ids) -> np.ndarray:
-        """Pre-rollout keep decision for the current step: bool [N]. The base keeps every prompt."""
+    def should_keep(self, prompt_ids, epochs=None) -> np.ndarray:
+        """Pre-rollout keep decision for the current step: bool [N]. `epochs` int [N] is the stream epoch of
+        each occurrence (None: the step's epoch), so that a prompt met twice in one step (in two epochs)
+        gets a decision per occurrence. The base keeps every prompt."""
         ids = check_prompt_ids(prompt_ids, self.num_prompts, f"{self.strategy}.should_keep")
         return np.ones(ids.shape, dtype=bool)
 

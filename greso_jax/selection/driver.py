@@ -61,6 +61,8 @@ def run_selection_step(selector: Selector, step: int, *, pull_prompts: PullFn, r
         "selection/zero_variance_ratio": zero_variance / rolled_out if rolled_out else 0.0,
         "selection/effective_prompts": float(sum(g.has_variance_in_loss for g in batch)),
         "selection/batch_groups": float(len(batch)),
+        # Informative groups generated (and paid for) beyond what the batch trains on.
+        "selection/surplus_groups": float(sum(g.has_variance for g in groups) - sum(g.has_variance for g in batch)),
         "selection/full_batch": float(len(batch) == train_batch_size),
         "rollout/step_responses": float(calls.step_responses),
     })

@@ -14,7 +14,7 @@ from greso_jax.selection import counter_rng
 from greso_jax.selection.base import PassConfig, StrategySettings, check_prompt_ids
 from greso_jax.selection.dynamic_sampling import DynamicSamplingSelector
 from greso_jax.selection.registry import register_strategy
-from greso_jax.specs import FLOAT, ConfigError, Spec, field
+from greso_jax.specs import FLOAT, INT, ConfigError, Spec, field
 
 KEEP_FLOOR = 0.01  # every prompt keeps at least this chance of being re-explored
 _KEEP_STREAM = 1  # counter_rng stream id of the keep decisions
@@ -34,6 +34,9 @@ class GresoSettings(StrategySettings):
                                         "easy, 2/3 hard")
     p_min: float = field(0.05, _UNIT, "lower clamp of p_easy / p_hard")
     p_max: float = field(0.95, _UNIT, "upper clamp of p_easy / p_hard")
+    adapt_from_epoch: int = field(1, Spec(INT, 0), "first epoch of the prompt stream whose steps adapt p_easy / "
+                                  "p_hard (1: the reference, which waits until prompts have histories; 0: from "
+                                  "the first step)")
 
     def check_relations(self, prefix: str) -> None:
         if self.p_min > self.p_max:
@@ -51,27 +54,32 @@ class GresoSelector(DynamicSamplingSelector):
 
     A prompt whose last z consecutive rollouts were all correct is kept with probability
     max(p_easy ** z, 0.01); all incorrect, max(p_hard ** z, 0.01); otherwise (mixed last
-    rollout, or never rolled out) 1. After each step p_easy / p_hard move by `delta_p`
-    toward the easy / hard zero-variance targets target_zero_variance/3 and 2·target/3.
-    Decisions are counter-based draws keyed by (seed, step, prompt id). Passes are sized as
-    Dynamic Sampling's, whose filtering GRESO keeps for the groups it could not predict.
+    rollout, or never rolled out) 1. After each step whose stream epoch is at least
+    `adapt_from_epoch`, p_easy / p_hard move by `delta_p` toward the easy / hard zero-variance
+    targets target_zero_variance/3 and 2·target/3 (the reference adapts from the second epoch:
+    before it no prompt has a history, nothing can be skipped, and adapting would only wind p
+    down to its clamp). Decisions are counter-based draws keyed by (seed, step, occurrence
+    epoch, prompt id). Passes are sized adaptively as Dynamic Sampling's, whose filtering GRESO
+    keeps for the groups it could not predict.
     """
 
     Settings = GresoSettings
 
     def __init__(self, num_prompts: int, *, p_easy: float = 0.5, p_hard: float = 0.5, delta_p: float = 0.01,
-                 target_zero_variance: float = 0.25, p_min: float = 0.05, p_max: float = 0.95, seed: int = 0,
-                 group_size: int = 8, pass_config: PassConfig | None = None):
+                 target_zero_variance: float = 0.25, p_min: float = 0.05, p_max: float = 0.95,
+                 adapt_from_epoch: int = 1, seed: int = 0, group_size: int = 8,
+                 pass_config: PassConfig | None = None):
         super().__init__(num_prompts, group_size=group_size, pass_config=pass_config, seed=seed)
         settings = GresoSettings(p_easy=p_easy, p_hard=p_hard, delta_p=delta_p,
-                                 target_zero_variance=target_zero_variance, p_min=p_min,
-                                 p_max=p_max).checked("selection.greso")
+                                 target_zero_variance=target_zero_variance, p_min=p_min, p_max=p_max,
+                                 adapt_from_epoch=adapt_from_epoch).checked("selection.greso")
         self.p_easy = float(settings.p_easy)
         self.p_hard = float(settings.p_hard)
         self.delta_p = float(settings.delta_p)
         self.target_zero_variance = float(settings.target_zero_variance)
         self.p_min = float(settings.p_min)
         self.p_max = float(settings.p_max)
+        self.adapt_from_epoch = int(settings.adapt_from_epoch)
         # One signed streak per prompt (4 bytes): +z = z all-correct rollouts in a row, -z = z all-incorrect,
         # 0 = last rollout mixed or never rolled out. The two streaks are exclusive, so one array holds both.
         self.streak = np.zeros(self.num_prompts, dtype=np.int32)
@@ -115,9 +123,12 @@ class GresoSelector(DynamicSamplingSelector):
         self._keep_table_cache = ((self.p_easy, self.p_hard), table, hard.size - 1, easy.size - 1)
         return table, hard.size - 1, easy.size - 1
 
-    def should_keep(self, prompt_ids) -> np.ndarray:
+    def should_keep(self, prompt_ids, epochs=None) -> np.ndarray:
         ids = check_prompt_ids(prompt_ids, self.num_prompts, "greso.should_keep")
-        draws = counter_rng.uniform(counter_rng.scalar_key(self.seed, _KEEP_STREAM, self.step), ids)
+        occurrence = np.full(ids.shape, self.epoch, np.int64) if epochs is None else np.asarray(epochs, np.int64)
+        if occurrence.shape != ids.shape:
+            raise ValueError(f"greso.should_keep: epochs shape {occurrence.shape} != prompt_ids shape {ids.shape}")
+        draws = counter_rng.uniform(counter_rng.scalar_key(self.seed, _KEEP_STREAM, self.step), ids, occurrence)
         return draws < self.keep_probabilities(ids)
 
     def _classify_skipped(self, ids: np.ndarray) -> tuple[int, int]:
@@ -133,7 +144,7 @@ class GresoSelector(DynamicSamplingSelector):
                                                hard[row:row + 1])[0]
 
     def _adapt(self) -> None:
-        if self.step_groups == 0:
+        if self.step_groups == 0 or self.epoch < self.adapt_from_epoch:
             return
         easy_ratio = self.step_easy / self.step_groups
         hard_ratio = self.step_hard / self.step_groups

@@ -27,10 +27,12 @@ class OracleSelector(DynamicSamplingSelector):
     """
 
     simulation_only = True
+    Settings = None  # the pass sizing is Dynamic Sampling's adaptive one; no section of its own
 
     def __init__(self, num_prompts: int, *, outcome: OutcomeFn | None = None, group_size: int = 8,
                  pass_config: PassConfig | None = None, seed: int = 0):
-        super().__init__(num_prompts, group_size=group_size, pass_config=pass_config, seed=seed)
+        super().__init__(num_prompts, group_size=group_size, pass_config=pass_config, seed=seed,
+                         pass_sizing="adaptive")
         if not callable(outcome):
             raise ValueError("selection.strategy: 'oracle' needs the simulator's `outcome` callable "
                              "(step, prompt_ids) -> outcome codes; it exists only in simulation")
@@ -46,7 +48,7 @@ class OracleSelector(DynamicSamplingSelector):
             raise ValueError(f"oracle: outcome returned shape {codes.shape} for prompt_ids {ids.shape}")
         return codes
 
-    def should_keep(self, prompt_ids) -> np.ndarray:
+    def should_keep(self, prompt_ids, epochs=None) -> np.ndarray:
         ids = check_prompt_ids(prompt_ids, self.num_prompts, "oracle.should_keep")
         return self._predict(ids) == OUTCOME_MIXED
 
