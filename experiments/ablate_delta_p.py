@@ -30,7 +30,8 @@ if REPO_ROOT not in sys.path:  # run as a script from anywhere: greso_jax is the
 from greso_jax.metrics import format_table, read_lines  # noqa: E402
 
 TABLE_COLUMNS = ["delta_p", "steps", "accuracy_before", "accuracy_final", "responses_generated",
-                 "prompts_skipped", "mean_effective_batch", "final_p_easy", "final_p_hard"]
+                 "prompts_skipped", "mean_effective_batch", "p_easy_epoch_1", "p_hard_epoch_1", "final_p_easy",
+                 "final_p_hard"]
 
 
 def run_name(value: float) -> str:
@@ -112,8 +113,21 @@ def effective_batch(record: dict) -> float | None:
     return groups * (1.0 - (zero_std if isinstance(zero_std, (int, float)) else 0.0))
 
 
+def p_entering_epoch_1(records: Sequence[dict]) -> tuple[float, float]:
+    """(p_easy, p_hard) as the first step of the stream's epoch 1 begins: the values the last
+    epoch-0 step left (GRESO adapts from epoch 1 by default, so these are the initial values);
+    NaN when the run never reached epoch 1 or began its training in it."""
+    if not any(r.get("data/epoch", 0) >= 1 for r in records):
+        return float("nan"), float("nan")
+    before = [r for r in records if r.get("step", 0) > 0 and r.get("data/epoch") == 0 and "selection/p_easy" in r]
+    if not before:
+        return float("nan"), float("nan")
+    return before[-1]["selection/p_easy"], before[-1]["selection/p_hard"]
+
+
 def summarize_run(records: Sequence[dict], delta_p: float) -> dict:
     """One table row from a run's metrics.jsonl records."""
+    p_easy_epoch_1, p_hard_epoch_1 = p_entering_epoch_1(records)
     evals = [r["eval/accuracy"] for r in records if isinstance(r.get("eval/accuracy"), (int, float))]
     batches = [b for r in records if r.get("step", 0) > 0 and (b := effective_batch(r)) is not None]
     return {"delta_p": delta_p, "steps": max((r["step"] for r in records), default=0),
@@ -122,6 +136,7 @@ def summarize_run(records: Sequence[dict], delta_p: float) -> dict:
             "responses_generated": int(_last(records, "rollout/num_responses", 0)),
             "prompts_skipped": int(_last(records, "selection/skipped_total", 0)),
             "mean_effective_batch": sum(batches) / len(batches) if batches else float("nan"),
+            "p_easy_epoch_1": p_easy_epoch_1, "p_hard_epoch_1": p_hard_epoch_1,
             "final_p_easy": _last(records, "selection/p_easy"), "final_p_hard": _last(records, "selection/p_hard")}
 
 

@@ -259,7 +259,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     """Checks every field and the relations between them; raises ConfigError naming the field."""
     for name, spec in FIELD_SPECS.items():
         check_field(name, _lookup(config, name), spec)
-    _validate_selection(config.selection)
+    _validate_selection(config.selection, config.rl.group_size, config.seed)
 
     rl, train, data = config.rl, config.train, config.data
     if train.train_batch_size % rl.mini_batch_size:
@@ -286,8 +286,10 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     return config
 
 
-def _validate_selection(sel: ml_collections.ConfigDict) -> None:
-    """The strategy name against the live registry, the shared pass sizing, and every strategy section."""
+def _validate_selection(sel: ml_collections.ConfigDict, group_size: int, seed: int) -> None:
+    """The strategy name against the live registry, the shared pass sizing, every strategy section,
+    and the chosen strategy built once over one prompt (settings derived from rl.group_size, such as
+    AERO's budget, are checked by the constructor that will build it)."""
     check_field("selection.strategy", sel.strategy, Spec(STR, choices=(*selection.STRATEGIES, *selection.ALIASES)))
     strategy = selection.resolve_strategy(sel.strategy)
     if selection.STRATEGIES.get(strategy).simulation_only:
@@ -305,6 +307,9 @@ def _validate_selection(sel: ml_collections.ConfigDict) -> None:
             continue
         values = sel[name].to_dict()
         _as_config_error(lambda: selection.settings_of(name, values))
+    _as_config_error(lambda: selection.make_selector(
+        strategy, num_prompts=1, group_size=group_size, seed=seed, passes=selection.PassConfig(**pass_fields),
+        settings=sel.get(strategy)))
 
 
 def _as_config_error(check) -> None:

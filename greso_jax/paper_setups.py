@@ -2,9 +2,13 @@
 
 Hyperparameters from the paper (verl recipes of "Act Only When It Pays"): G = 8, AdamW lr 1e-6
 constant, weight decay 0.01, PPO clip 0.2, grad clip 1.0, entropy bonus 0.001, no KL; GRESO
-p_easy = p_hard = 0.5, Δp = 0.01, target zero-variance ratio 0.25, p in [0.05, 0.95];
+p_easy = p_hard = 0.5, Δp = 0.01, target zero-variance ratio 0.25, p in [0.05, 0.95], adapting
+from the second epoch; GRESO's follow-up passes at least 64 prompts; the Dynamic Sampling
+baseline in fixed passes of rollout_batch_size prompts (384 for the Qwen2.5-Math runs);
 evaluation with 4 samples at temperature 1.0, top-p 0.7 on the six math benchmarks of its tables.
-Choices of ours (not given by the paper) are marked "ours" below.
+Batch sizes, prompt and response lengths come from each model's file. Every other number is
+ours and marked "ours" below. AERO's settings are ours too (its paper's method section was not
+available): per-prompt budget rl.group_size, the other strategies' budget.
 
 The model folder, the training parquet and the benchmark folder come from flags:
   --config.model.path=/models/Qwen2.5-Math-1.5B
@@ -75,12 +79,20 @@ def paper_config(variant: str, *, preset: str, train_batch_size: int, rollout_ba
 
     c.selection.strategy = resolve_strategy(variant)
     c.selection.rollout_batch_size = rollout_batch_size
+    c.selection.min_pass_size = 64  # GRESO's follow-up passes: at least 64 prompts
+    # ours: the paper's DS ran fixed passes with no cap; 16 passes of 384 prompts is a 24x
+    # over-provision, and hitting it raises (as DAPO's max_num_gen_batches does) instead of
+    # silently training on a partial batch.
+    c.selection.max_passes = 16
+    c.selection.on_max_passes = "error"
+    c.selection.dynamic_sampling.pass_sizing = "fixed"
     c.selection.greso.p_easy = 0.5
     c.selection.greso.p_hard = 0.5
     c.selection.greso.delta_p = 0.01
     c.selection.greso.target_zero_variance = 0.25
     c.selection.greso.p_min = 0.05
     c.selection.greso.p_max = 0.95
+    c.selection.greso.adapt_from_epoch = 1
 
     c.mesh.data = 1
     c.mesh.fsdp = -1  # ours: FSDP over every device, as the paper's verl runs shard the model

@@ -69,9 +69,10 @@ class Trainer:
         c = self.config
         self._step, self._rollout_calls, self._grading_failures, self._timers = step, 0, 0, {}
         start = time.perf_counter()
+        epoch = self.pipeline.epoch
         result = run_selection_step(self.selector, step, pull_prompts=self._pull_prompts, rollout=self._rollout,
-                                    train_batch_size=c.train.train_batch_size)
-        metrics = dict(result.metrics)
+                                    train_batch_size=c.train.train_batch_size, epoch=epoch)
+        metrics = {"data/epoch": epoch, **result.metrics}
         every = c.train.host_check_every_steps
         if multihost.is_multihost() and every and step % every == 0:
             multihost.check_identical_across_hosts(self.selector.state_dict(), "the selector state", step)
@@ -123,7 +124,7 @@ class Trainer:
                                    row_multiple=num_minibatches * c.rl.micro_batch_size)
         with self._timed("time/update"):
             metrics = self.learner.update(assembled.batch, num_minibatches=num_minibatches,
-                                          truncated=assembled.truncated)
+                                          truncated=assembled.truncated, group_ids=assembled.group_ids)
         return {**assembled.stats, **metrics}
 
     def _count(self, metrics: dict) -> None:

@@ -40,7 +40,7 @@ def synthetic_run(accuracies, responses_per_step, skipped_per_step, groups, zero
         record = {"step": step, "rollout/num_responses": sum(responses_per_step[:step]),
                   "selection/skipped_total": sum(skipped_per_step[:step]), "train/groups": groups[step - 1],
                   "actor/frac_zero_std_groups": zero_std[step - 1], "selection/p_easy": 0.5 - 0.01 * step,
-                  "selection/p_hard": 0.5 + 0.01 * step}
+                  "selection/p_hard": 0.5 + 0.01 * step, "data/epoch": (step - 1) // 2}
         if step % 2 == 0:
             record["eval/accuracy"] = accuracies[step // 2]
         records.append(record)
@@ -63,6 +63,7 @@ def test_table_plot_and_json_from_synthetic_runs(tmp_path):
     assert first["responses_generated"] == 736 and first["prompts_skipped"] == 60
     assert first["mean_effective_batch"] == pytest.approx((32 + 32 + 15 + 24) / 4)
     assert first["final_p_easy"] == pytest.approx(0.46) and first["final_p_hard"] == pytest.approx(0.54)
+    assert (first["p_easy_epoch_1"], first["p_hard_epoch_1"]) == pytest.approx((0.48, 0.52))  # after step 2
     assert second["accuracy_final"] == 0.35 and second["responses_generated"] == 1024
     assert second["mean_effective_batch"] == 32
     assert table.splitlines()[0].split() == ablation.TABLE_COLUMNS and len(table.splitlines()) == 4

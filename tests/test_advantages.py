@@ -17,7 +17,9 @@ def reference(rewards, mode, mask, baseline, scale, eps=1e-6):
         if kept.size == 0:
             continue
         mean = kept.mean() if np.isnan(baseline[i]) else baseline[i]
-        if not np.isnan(scale[i]):
+        if np.isnan(baseline[i]) and kept.max() == kept.min():
+            continue  # no variance and no baseline: exactly 0
+        if mode == "grpo" and not np.isnan(scale[i]):  # the scale replaces the group std, only in grpo
             div = scale[i] + eps
         elif mode == "grpo":
             div = (np.std(kept, ddof=1) if kept.size > 1 else 0.0) + eps
@@ -74,3 +76,26 @@ def test_bad_inputs_name_the_argument():
         compute_advantages(np.zeros((2, 3)), "grpo", response_mask=np.ones((2, 2), bool))
     with pytest.raises(ValueError, match="baseline must have shape"):
         compute_advantages(np.zeros((2, 3)), "grpo", baseline=np.zeros(3))
+
+
+def test_constant_groups_get_exactly_zero_even_when_the_float32_mean_is_one_ulp_off():
+    """All-0.1 groups (the format reward) of 7-16 responses: float32 mean and std come out an ulp off
+    and (r - mean) / (std + 1e-6) used to give ±0.0074; partly masked groups alike."""
+    for g in range(2, 17):
+        rewards = np.full((1, g), 0.1, np.float32)
+        for mode in ("grpo", "drgrpo", "batch_std"):
+            assert np.all(compute_advantages(rewards, mode) == 0.0), (mode, g)
+            assert np.all(np.asarray(compute_advantages(jnp.asarray(rewards), mode)) == 0.0), (mode, g)
+        mask = np.arange(g)[None] < max(1, g - 3)
+        padded = np.where(mask, rewards, 1.0).astype(np.float32)
+        assert np.all(compute_advantages(padded, "grpo", response_mask=mask) == 0.0)
+
+
+def test_posterior_scale_applies_only_where_the_estimator_divides_by_the_group_std():
+    rewards = np.array([[1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 1.0, 0.0]], np.float32)
+    baseline, scale = np.array([0.75, np.nan], np.float32), np.array([0.25, np.nan], np.float32)
+    grpo = compute_advantages(rewards, "grpo", baseline=baseline, scale=scale)
+    np.testing.assert_allclose(grpo[0], (1.0 - 0.75) / (0.25 + 1e-6), rtol=1e-6)
+    drgrpo = compute_advantages(rewards, "drgrpo", baseline=baseline, scale=scale)
+    np.testing.assert_allclose(drgrpo[0], 0.25, rtol=1e-6)  # one rule for every group: no division
+    np.testing.assert_allclose(drgrpo[1], [0.5, -0.5, 0.5, -0.5], rtol=1e-6)

@@ -51,7 +51,7 @@ def test_rows_follow_the_groups_and_point_at_their_prompt_and_response():
     np.testing.assert_allclose(batch.old_logprobs[0, 3:6], -0.5 - 2 / 10)
     adv = 0.5 / (math.sqrt(0.5) + 1e-6)  # (r - 0.5) / (unbiased std of {0, 1} + eps)
     np.testing.assert_allclose(batch.advantages, [adv, -adv, -adv, adv], rtol=1e-6)
-    assert out.stats == {"rollout/reward_mean": 0.5, "train/groups": 2, "train/responses": 4}
+    assert out.stats == {"rollout/reward_mean": 0.5, "train/groups": 2, "train/responses": 4, "actor/update_tokens": 32}
 
 
 def test_filler_rows_pad_to_the_row_multiple_and_stay_out_of_the_loss():
@@ -71,7 +71,7 @@ def test_filler_rows_pad_to_the_row_multiple_and_stay_out_of_the_loss():
 
 def test_loss_mask_baseline_and_scale_overrides_and_ragged_groups():
     groups = [
-        # AERO's selective rejection: the masked response is trained on by nobody and ignored by the mean.
+        # AERO's selective rejection: the masked response leaves the batch and is ignored by the mean.
         group([[1, 0, 0], [1, 0, 1], [1, 0, 2]], [1.0, 0.0, 0.0], loss_mask=[True, True, False]),
         # An all-correct group with a Beta-posterior baseline and scale: no dead zone.
         group([[0, 0, 0], [0, 0, 1]], [1.0, 1.0], baseline=0.75, scale=math.sqrt(0.75 * 0.25)),
@@ -79,14 +79,17 @@ def test_loss_mask_baseline_and_scale_overrides_and_ragged_groups():
     ]
     out = assemble_batch(groups, OUTPUTS, advantage="grpo", pad_id=PAD, total_length=8, row_multiple=2)
     batch = out.batch
-    assert batch.num_rows == 6
-    np.testing.assert_array_equal(batch.response_mask.sum(axis=1) > 0, [True, True, False, True, True, True])
+    assert batch.num_rows == 6  # 5 responses that enter the loss + 1 filler row
+    np.testing.assert_array_equal(batch.response_mask.sum(axis=1) > 0, [True, True, True, True, True, False])
     adv_first = 0.5 / (math.sqrt(0.5) + 1e-6)  # masked-in {1, 0}: mean 0.5, std sqrt(0.5)
     aero = 0.25 / (math.sqrt(0.75 * 0.25) + 1e-6)
-    np.testing.assert_allclose(batch.advantages, [adv_first, -adv_first, 0.0, aero, aero, 0.0], rtol=1e-6)
-    np.testing.assert_array_equal(out.group_ids, [0, 0, 0, 1, 1, 2])
+    np.testing.assert_allclose(batch.advantages, [adv_first, -adv_first, aero, aero, 0.0, 0.0], rtol=1e-6)
+    np.testing.assert_array_equal(out.group_ids, [0, 0, 1, 1, 2, -1])
     assert out.stats["rollout/reward_mean"] == pytest.approx(3 / 5)  # masked-out responses do not count
-    assert out.stats["train/groups"] == 3 and out.stats["train/responses"] == 6
+    assert out.stats["train/groups"] == 3 and out.stats["train/responses"] == 5
+    assert out.stats["actor/update_tokens"] == 6 * 8
+    every = assemble_batch(groups[1:], OUTPUTS, advantage="grpo", pad_id=PAD, total_length=8, row_multiple=2)
+    assert every.stats["actor/update_tokens"] == 4 * 8  # dropping the rejected response saved a row pair
 
 
 def test_bad_arguments():

@@ -28,7 +28,7 @@ def ids(elements):
 
 
 class EvenIds:
-    def should_keep(self, prompt_ids):
+    def should_keep(self, prompt_ids, epochs=None):
         return prompt_ids % 2 == 0
 
 
@@ -93,7 +93,7 @@ def test_keep_filter_skips_before_generation():
 
 def test_bad_keep_filter_and_bad_state():
     class Wrong:
-        def should_keep(self, prompt_ids):
+        def should_keep(self, prompt_ids, epochs=None):
             return np.ones(len(prompt_ids) + 1, dtype=bool)
 
     with pytest.raises(ValueError, match="should_keep"):
@@ -155,7 +155,7 @@ def test_greso_template_keeps_the_parquet_instruction(shared_data):
 
 
 class RejectAll:
-    def should_keep(self, prompt_ids):
+    def should_keep(self, prompt_ids, epochs=None):
         return np.zeros(len(prompt_ids), dtype=bool)
 
 
@@ -211,3 +211,26 @@ def test_a_two_host_state_resumes_on_one_host():
     resumed = pipeline(keep_filter=EvenIds())
     resumed.set_state(hosts[0].get_state())  # process 0 checkpoints its own shard's state
     assert [ids(resumed.next_prompts(5)[0]) for _ in range(2)] == expected[3:5]
+
+
+class RecordingFilter:
+    """Keeps everything and records the (prompt id, epoch) pairs it was asked about."""
+
+    def __init__(self):
+        self.asked = []
+
+    def should_keep(self, prompt_ids, epochs=None):
+        self.asked += list(zip(np.asarray(prompt_ids).tolist(), np.asarray(epochs).tolist()))
+        return np.ones(len(prompt_ids), dtype=bool)
+
+
+def test_the_filter_sees_each_occurrences_epoch_and_the_step_epoch_follows_the_stream():
+    recorder = RecordingFilter()
+    stream = pipeline(keep_filter=recorder)
+    n = stream.num_prompts
+    assert stream.epoch == 0
+    stream.next_prompts(n - 2)
+    assert stream.epoch == 0
+    kept, _, _ = stream.next_prompts(4)  # two from the end of epoch 0, two from epoch 1
+    assert [e for _, e in recorder.asked[-4:]] == [0, 0, 1, 1] and stream.epoch == 1
+    assert sorted(i for i, e in recorder.asked if e == 0) == list(range(n))  # epoch 0 is one permutation

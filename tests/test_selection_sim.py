@@ -23,7 +23,7 @@ def sim():
 def results(sim):
     settings = sim.SimSettings(num_prompts=2000, steps=60, train_batch_size=32, rollout_batch_size=48,
                                min_pass_size=8, seed=1)
-    return {name: sim.run_strategy(name, settings) for name in sim.STRATEGIES}
+    return sim.all_runs(settings)
 
 
 def test_greso_fewer_responses_than_ds_for_the_same_effective_prompts(sim, results):
@@ -68,3 +68,12 @@ def test_simulated_rollouts_are_counter_based_and_the_oracle_foresees_them(sim):
     again = sim.BernoulliRollouts(population, seed=0)
     again.begin_step(7)
     np.testing.assert_array_equal(again(ids[::-1], [None] * ids.size, 8).correct, correct[::-1])
+
+
+def test_fixed_ds_pays_more_than_adaptive_ds_and_greso_holds_p_through_epoch_zero(results):
+    fixed, adaptive = results["dynamic_sampling:fixed"], results["dynamic_sampling"]
+    assert fixed["effective_prompts"] == adaptive["effective_prompts"] == 60 * 32
+    assert fixed["responses"] > adaptive["responses"] and fixed["surplus_groups"] > adaptive["surplus_groups"]
+    greso = results["greso"]
+    assert greso["epochs"] >= 1 and (greso["p_easy_epoch_1"], greso["p_hard_epoch_1"]) == (0.5, 0.5)
+    assert results["vanilla"]["surplus_groups"] == results["aero"]["surplus_groups"] == 0

@@ -32,7 +32,7 @@ class ParitySelector(Selector):
         self.keep_remainder = ParitySettings(keep_remainder).checked("selection.parity").keep_remainder
         self.observed_ids: list[int] = []
 
-    def should_keep(self, prompt_ids):
+    def should_keep(self, prompt_ids, epochs=None):
         return np.asarray(prompt_ids) % 2 == self.keep_remainder
 
     def observe_groups(self, groups):

@@ -130,6 +130,11 @@ class PromptStream:
         self.epoch, self.position = 0, 0
         self.order = self._shuffle(0)
 
+    @property
+    def next_epoch(self) -> int:
+        """The epoch of the next prompt the stream will yield (the step's epoch, as the pipeline reports it)."""
+        return self.epoch + (self.position == self.num_prompts)
+
     def _shuffle(self, epoch: int) -> np.ndarray:
         return np.random.default_rng([self.seed, 11, epoch]).permutation(self.num_prompts)
 
@@ -141,7 +146,7 @@ class PromptStream:
                 self.epoch, self.position = self.epoch + 1, 0
                 self.order = self._shuffle(self.epoch)
             candidates = self.order[self.position:self.position + max(need, self.chunk)]
-            keep = self.should_keep(candidates)
+            keep = self.should_keep(candidates, np.full(candidates.size, self.epoch))
             # Consume only up to the candidate that completes the request: the rest stay for the next pull.
             enough = np.flatnonzero(np.cumsum(keep) >= need)
             used = enough[0] + 1 if enough.size else candidates.size
@@ -169,26 +174,42 @@ def run_strategy(strategy: str, settings: SimSettings, **strategy_overrides) -> 
                           max_passes=settings.max_passes),
         settings={**default_settings(strategy), **strategy_overrides}, **extras)
     stream = PromptStream(settings.num_prompts, settings.seed, selector.should_keep)
-    effective = full = passes = batch = 0.0
+    effective = full = passes = batch = surplus = 0.0
+    p_at_epoch_1 = None  # (p_easy, p_hard) the first step of epoch 1 starts from
     for step in range(settings.steps):
         rollouts.begin_step(step)
+        epoch = stream.next_epoch
+        if epoch >= 1 and p_at_epoch_1 is None:
+            p_at_epoch_1 = (getattr(selector, "p_easy", 1.0), getattr(selector, "p_hard", 1.0))
         metrics = run_selection_step(selector, step, pull_prompts=stream, rollout=rollouts,
-                                     train_batch_size=settings.train_batch_size).metrics
+                                     train_batch_size=settings.train_batch_size, epoch=epoch).metrics
         effective += metrics["selection/effective_prompts"]
         batch += metrics["selection/batch_groups"]
         full += metrics["selection/full_batch"]
         passes += metrics["selection/passes"]
+        surplus += metrics["selection/surplus_groups"]
     responses = metrics["rollout/num_responses"]
+    p_at_epoch_1 = p_at_epoch_1 or (float("nan"), float("nan"))
     return {"responses": responses, "effective_prompts": effective,
             "responses_per_effective": responses / max(effective, 1.0),
             "full_batch_fraction": full / settings.steps, "mean_passes": passes / settings.steps,
             "mean_effective_batch": effective / settings.steps, "mean_batch": batch / settings.steps,
+            "surplus_groups": surplus, "epochs": stream.next_epoch,
+            "p_easy_epoch_1": p_at_epoch_1[0], "p_hard_epoch_1": p_at_epoch_1[1],
             "p_easy": metrics["selection/p_easy"], "p_hard": metrics["selection/p_hard"]}
 
 
 def greso_efficiency(ds_responses: float, greso_responses: float, oracle_responses: float) -> float:
     """(DS − GRESO) / (DS − oracle): the share of DS's avoidable waste that GRESO avoids."""
     return (ds_responses - greso_responses) / (ds_responses - oracle_responses)
+
+
+def all_runs(settings: SimSettings) -> dict[str, dict[str, float]]:
+    """Every registered strategy with its defaults; Dynamic Sampling once per pass sizing
+    ("dynamic_sampling" is the adaptive default, "dynamic_sampling:fixed" the papers' baseline)."""
+    results = {name: run_strategy(name, settings) for name in STRATEGIES}
+    results["dynamic_sampling:fixed"] = run_strategy("dynamic_sampling", settings, pass_sizing="fixed")
+    return results
 
 
 DELTA_P_SWEEP = (0.0025, 0.005, 0.01, 0.02, 0.05)
@@ -204,23 +225,29 @@ def main() -> None:
     if args.quick:
         settings = dataclasses.replace(settings, num_prompts=5000, steps=80)
     started = time.perf_counter()
-    results = {name: run_strategy(name, settings) for name in STRATEGIES}
-    efficiency = greso_efficiency(results["dynamic_sampling"]["responses"], results["greso"]["responses"],
-                                  results["oracle"]["responses"])
+    results = all_runs(settings)
     print(f"settings: {settings}")
     print("\n| strategy | responses | effective prompts | responses / effective prompt | full-batch steps "
-          "| mean passes |")
-    print("|---|---:|---:|---:|---:|---:|")
+          "| mean passes | surplus groups |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for name, r in results.items():
         print(f"| {name} | {r['responses']:.0f} | {r['effective_prompts']:.0f} | "
-              f"{r['responses_per_effective']:.2f} | {r['full_batch_fraction']:.3f} | {r['mean_passes']:.2f} |")
-    print(f"\nGRESO efficiency = (DS − GRESO) / (DS − oracle) responses = {efficiency:.3f}")
-    print("\n| Δp | responses | mean effective batch | responses / effective prompt | final p_easy | final p_hard |")
-    print("|---:|---:|---:|---:|---:|---:|")
+              f"{r['responses_per_effective']:.2f} | {r['full_batch_fraction']:.3f} | {r['mean_passes']:.2f} | "
+              f"{r['surplus_groups']:.0f} |")
+    greso, oracle = results["greso"]["responses"], results["oracle"]["responses"]
+    for ds in ("dynamic_sampling", "dynamic_sampling:fixed"):
+        print(f"\nvs {ds}: GRESO efficiency (DS − GRESO) / (DS − oracle) = "
+              f"{greso_efficiency(results[ds]['responses'], greso, oracle):.3f}; "
+              f"DS / GRESO responses = {results[ds]['responses'] / greso:.2f}x")
+    print(f"\n{results['greso']['epochs']} epochs of the prompt stream; p as epoch 1 begins and at the end:")
+    print("\n| Δp | responses | mean effective batch | responses / effective prompt | p_easy, p_hard at epoch 1 "
+          "| final p_easy | final p_hard |")
+    print("|---:|---:|---:|---:|---|---:|---:|")
     for delta_p in DELTA_P_SWEEP:
         r = results["greso"] if delta_p == 0.01 else run_strategy("greso", settings, delta_p=delta_p)
         print(f"| {delta_p} | {r['responses']:.0f} | {r['mean_effective_batch']:.2f} | "
-              f"{r['responses_per_effective']:.2f} | {r['p_easy']:.3f} | {r['p_hard']:.3f} |")
+              f"{r['responses_per_effective']:.2f} | {r['p_easy_epoch_1']:.3f}, {r['p_hard_epoch_1']:.3f} | "
+              f"{r['p_easy']:.3f} | {r['p_hard']:.3f} |")
     print(f"\nwall time: {time.perf_counter() - started:.1f} s")
 
 

@@ -32,14 +32,14 @@ class PromptElement(TypedDict):
 class KeepFilter(Protocol):
     """The selection hook: decides, before generation, which prompts are rolled out."""
 
-    def should_keep(self, prompt_ids: np.ndarray) -> np.ndarray:
-        """prompt_ids int [N] → keep bool [N]."""
+    def should_keep(self, prompt_ids: np.ndarray, epochs: np.ndarray | None = None) -> np.ndarray:
+        """prompt_ids int [N], epochs int [N] (the stream epoch of each occurrence) → keep bool [N]."""
 
 
 class KeepAll:
     """Keeps every prompt (vanilla GRPO, dynamic sampling)."""
 
-    def should_keep(self, prompt_ids: np.ndarray) -> np.ndarray:
+    def should_keep(self, prompt_ids: np.ndarray, epochs: np.ndarray | None = None) -> np.ndarray:
         return np.ones(len(prompt_ids), dtype=bool)
 
 
@@ -88,22 +88,30 @@ class PromptPipeline:
 
     @property
     def epoch(self) -> int:
-        """The global epoch the next element belongs to (0-based)."""
-        position = self.shard_index + self._iterator.get_state()["next_index"] * self.shard_count
-        return position // len(self.rows)
+        """The global epoch the next element of the stream belongs to (0-based), the same on every host:
+        taken from the global position when it is known, else from this shard's next position."""
+        if self._global_position is not None:
+            return self._global_position // len(self.rows)
+        return self._next_position() // len(self.rows)
+
+    def _next_position(self) -> int:
+        """Global stream position of this shard's next element."""
+        return self.shard_index + self._iterator.get_state()["next_index"] * self.shard_count
 
     def _tokenise(self, row: PromptRow) -> PromptElement:
         tokens = self.tokenizer.encode(format_prompt(row, self.template, self.tokenizer))
         return PromptElement(prompt_id=row.prompt_id, prompt_tokens=np.asarray(tokens, dtype=np.int32),
                              ground_truth=row.ground_truth, data_source=row.data_source, difficulty=row.difficulty)
 
-    def _next_fitting(self) -> PromptElement:
-        """The next element no longer than max_prompt_length (longer ones are counted, dropped)."""
+    def _next_fitting(self) -> tuple[PromptElement, int]:
+        """The next element no longer than max_prompt_length (longer ones are counted, dropped), with
+        the stream epoch it belongs to."""
         per_shard = -(-len(self.rows) // self.shard_count)
         for _ in range(per_shard + 1):
+            epoch = self._next_position() // len(self.rows)
             element = next(self._iterator)
             if len(element["prompt_tokens"]) <= self.max_prompt_length:
-                return element
+                return element, epoch
             self.num_dropped_too_long += 1
         raise ValueError(f"data.max_prompt_length: a whole epoch of prompts is longer than {self.max_prompt_length} "
                          "tokens")
@@ -120,10 +128,10 @@ class PromptPipeline:
         max_pulls = n + -(-len(self.rows) // self.shard_count)
         pulled = 0
         while len(kept) < n and pulled < max_pulls:
-            candidates = [self._next_fitting() for _ in range(n - len(kept))]
+            candidates, epochs = zip(*[self._next_fitting() for _ in range(n - len(kept))])
             pulled += len(candidates)
             ids = np.array([c["prompt_id"] for c in candidates], dtype=np.int64)
-            keep = np.asarray(self.keep_filter.should_keep(ids))
+            keep = np.asarray(self.keep_filter.should_keep(ids, np.array(epochs, dtype=np.int64)))
             if keep.shape != ids.shape or keep.dtype != np.bool_:
                 raise ValueError(f"keep_filter.should_keep: expected bool [{len(ids)}], got {keep.dtype} {keep.shape}")
             kept += [c for c, k in zip(candidates, keep) if k]
@@ -157,7 +165,7 @@ class PromptPipeline:
                     self.num_dropped_too_long += 1
             keep = np.zeros(chunk, bool)
             fitting = ids >= 0
-            keep[fitting] = np.asarray(self.keep_filter.should_keep(ids[fitting]))
+            keep[fitting] = np.asarray(self.keep_filter.should_keep(ids[fitting], positions[fitting] // len(self.rows)))
             table = np.stack([positions, ids, keep.astype(np.int64)], axis=-1)
             every = np.asarray(allgather(table)).reshape(-1, 3)
             for position, prompt_id, keep_it in every[np.argsort(every[:, 0], kind="stable")]:

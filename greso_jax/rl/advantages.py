@@ -11,7 +11,9 @@ import numpy as np
 from greso_jax.registry import Registry
 
 # An estimator maps (GroupStats, *, xp, eps) to the per-group divisor [N]; xp is numpy or
-# jax.numpy, whichever the rewards came in, so one definition serves host and traced code.
+# jax.numpy, whichever the rewards came in, so one definition serves host and traced code. An
+# estimator that divides by the group's own std says so with `divides_by_group_std = True`: a
+# per-group `scale` (AERO's posterior) replaces that std, and only there.
 ADVANTAGE_ESTIMATORS: Registry = Registry("advantage estimator")
 
 
@@ -27,6 +29,9 @@ class GroupStats(NamedTuple):
 def grpo_divisor(stats: GroupStats, *, xp, eps: float):
     """(r - mean) / (group std + eps)."""
     return stats.group_std + eps
+
+
+grpo_divisor.divides_by_group_std = True
 
 
 @ADVANTAGE_ESTIMATORS.register("drgrpo")
@@ -58,9 +63,12 @@ def compute_advantages(rewards, mode: str, *, response_mask=None, baseline=None,
     "drgrpo": r - mean; "batch_std": (r - group mean) / (std over every masked response of the
     batch + eps). `response_mask` [N, G] bool marks responses that exist / enter the loss (the
     trainer pads ragged groups with False); masked-out responses get advantage 0. `baseline` [N]
-    and `scale` [N] override the group mean and the std per group (NaN = not given for that group):
-    AERO's Beta-posterior baseline ũ and scale √(ũ(1-ũ)). A group with fewer than two masked
-    responses has std 0 (so its advantage is (r - mean) / eps = 0 unless a baseline is given).
+    and `scale` [N] override the group mean and the group std per group (NaN = not given for that
+    group): AERO's Beta-posterior baseline ũ and scale √(ũ(1-ũ)); the scale applies only with an
+    estimator that divides by the group std ("grpo"), so "drgrpo" and "batch_std" treat every group
+    alike. A group whose masked rewards are all equal (one response, or zero variance) gets
+    advantage exactly 0 unless a baseline is given: decided by comparing rewards, not by a float32
+    std that can come out one ulp off zero and be divided by eps.
     """
     if mode not in ADVANTAGE_ESTIMATORS:
         raise ValueError(f"compute_advantages: mode {mode!r} is not one of {', '.join(ADVANTAGE_ESTIMATORS)}")
@@ -77,19 +85,25 @@ def compute_advantages(rewards, mode: str, *, response_mask=None, baseline=None,
     mean = (rewards * weights).sum(axis=1) / xp.maximum(count, 1.0)
     squared = ((rewards - mean[:, None]) ** 2) * weights
     group_std = xp.sqrt(squared.sum(axis=1) / xp.maximum(count - 1.0, 1.0))  # unbiased; 0 for a lone response
-    divisor = ADVANTAGE_ESTIMATORS.get(mode)(GroupStats(rewards, weights, group_std), xp=xp, eps=eps)
+    estimator = ADVANTAGE_ESTIMATORS.get(mode)
+    divisor = estimator(GroupStats(rewards, weights, group_std), xp=xp, eps=eps)
+    highest = xp.max(xp.where(mask, rewards, -xp.inf), axis=1)
+    lowest = xp.min(xp.where(mask, rewards, xp.inf), axis=1)
+    constant = highest <= lowest  # [N]: no reward variance among the masked responses (or none masked)
 
     if baseline is not None:
         baseline = xp.asarray(baseline, dtype=xp.float32)
         _check_per_group("baseline", baseline, n)
         mean = xp.where(xp.isnan(baseline), mean, baseline)
+        constant = constant & xp.isnan(baseline)
     if scale is not None:
         scale = xp.asarray(scale, dtype=xp.float32)
         _check_per_group("scale", scale, n)
-        divisor = xp.where(xp.isnan(scale), divisor, scale + eps)
+        if getattr(estimator, "divides_by_group_std", False):
+            divisor = xp.where(xp.isnan(scale), divisor, scale + eps)
 
     advantages = (rewards - mean[:, None]) / divisor[:, None]
-    return xp.where(mask, advantages, 0.0).astype(xp.float32)
+    return xp.where(mask & ~constant[:, None], advantages, 0.0).astype(xp.float32)
 
 
 def _check_per_group(name: str, values, n: int) -> None:

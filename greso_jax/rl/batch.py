@@ -107,7 +107,8 @@ class AssembledBatch(NamedTuple):
     batch      the TrainBatch, B rows: every group's responses in group order, then filler rows
     truncated  bool [B]: the response hit max_new_tokens without an EOS (False on filler rows)
     group_ids  int [B]: index of the row's group in `groups`, -1 on filler rows
-    stats      {"rollout/reward_mean", "train/groups", "train/responses"}
+    stats      {"rollout/reward_mean", "train/groups", "train/responses" (rows that enter the loss),
+               "actor/update_tokens" (B x total_length: what the update computes over)}
     """
 
     batch: TrainBatch
@@ -125,8 +126,10 @@ def assemble_batch(groups, outputs, *, advantage: str, pad_id: int, total_length
     sample index), rewards f32 [k], loss_mask bool [k] (False: kept out of the loss), baseline and
     scale (NaN: the group's own mean / std). outputs[c] is a sampler output carrying its prompts
     and num_samples (response row = prompt row * num_samples + sample). Advantages are computed
-    over the groups padded to the widest one, with the `advantage` estimator. Filler rows repeat
-    a one-token pad prompt with an empty response, so they add nothing to the loss.
+    over the groups padded to the widest one, with the `advantage` estimator. Responses whose loss
+    mask is False (AERO's rejection) leave the batch: their forward and backward passes are not
+    paid. Filler rows repeat a one-token pad prompt with an empty response, so they add nothing to
+    the loss; they are paid, so "actor/update_tokens" (rows x total_length) counts them.
     """
     if not groups:
         raise ValueError("assemble_batch: no groups")
@@ -146,6 +149,8 @@ def assemble_batch(groups, outputs, *, advantage: str, pad_id: int, total_length
     prompt_tokens, tokens, logprobs, lengths, truncated, row_adv, row_mask, group_ids = ([] for _ in range(8))
     for i, g in enumerate(groups):
         for j, (call, row, sample) in enumerate(np.asarray(g.response_refs).reshape(-1, 3)):
+            if not mask[i, j]:
+                continue
             out = outputs[call]
             r = row * out.num_samples + sample
             prompt_tokens.append(out.prompts[row])
@@ -157,6 +162,8 @@ def assemble_batch(groups, outputs, *, advantage: str, pad_id: int, total_length
             row_mask.append(mask[i, j])
             group_ids.append(i)
     responses = len(tokens)
+    if not responses:
+        raise ValueError("assemble_batch: no response of any group enters the loss")
     filler = -(-responses // row_multiple) * row_multiple - responses
     prompt_tokens += [[pad_id]] * filler
     tokens += [np.full_like(tokens[0], pad_id)] * filler
@@ -170,7 +177,8 @@ def assemble_batch(groups, outputs, *, advantage: str, pad_id: int, total_length
                              np.asarray(row_adv, np.float32), pad_id=pad_id, total_length=total_length,
                              loss_mask=np.asarray(row_mask))
     stats = {"rollout/reward_mean": float(rewards[mask].mean()) if mask.any() else 0.0,
-             "train/groups": len(groups), "train/responses": responses}
+             "train/groups": len(groups), "train/responses": responses,
+             "actor/update_tokens": (responses + filler) * total_length}
     return AssembledBatch(batch=batch, truncated=np.asarray(truncated), group_ids=np.asarray(group_ids, np.int64),
                           stats=stats)
 

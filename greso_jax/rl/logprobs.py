@@ -26,8 +26,12 @@ def _chunk_stats(unembedding, hidden, targets, inv_temperature: float, compute_d
     vocab = jax.lax.broadcasted_iota(jnp.int32, logits.shape, 2)
     # A masked sum instead of a gather: stays local when the vocabulary axis is sharded.
     target_logit = jnp.sum(jnp.where(vocab == targets[..., None], logits, 0.0), axis=-1)
-    probs = jnp.exp(logits - log_normaliser[..., None])
-    entropy = log_normaliser - jnp.sum(probs * logits, axis=-1)
+    # Entropy from max-shifted, renormalised probabilities: exp(logits - lse) alone drifts from summing
+    # to 1 at large |logits / T| (error 5e-5 at 37), and the entropy inherits that drift.
+    shifted = logits - jnp.max(logits, axis=-1, keepdims=True)
+    weights = jnp.exp(shifted)
+    total = jnp.sum(weights, axis=-1)
+    entropy = jnp.log(total) - jnp.sum(weights * shifted, axis=-1) / total
     return target_logit - log_normaliser, entropy
 
 
