@@ -64,6 +64,10 @@ def get_config(variant: str = "greso"):
     for option in options:
         if option != "quick":
             c.selection.strategy = resolve_strategy(option)
+    if c.selection.strategy == "aero":
+        # AERO drops rejected responses from the update; with 64-row micro-batches the update's
+        # row count follows what it keeps (padded to 2 x 64 rows) instead of staying at 512.
+        c.rl.micro_batch_size = 64
     if "quick" in options:
         # A smoke run of the whole path in ~2 minutes: the short warm start leaves the policy
         # weak (mostly all-wrong groups), so it shows the mechanics, not the learning.

@@ -15,8 +15,7 @@ from greso_jax.data.sources import load_source
 from greso_jax.models import abstract_model, init_model, param_shardings, place_on_mesh
 from greso_jax.parallel import make_mesh
 from greso_jax.policy import build_tokenizer, model_config
-from greso_jax.rl.learner import Learner
-from greso_jax.selection import make_selector
+from greso_jax.from_config import learner_from_config, selector_from_config
 
 
 def _train_state():
@@ -67,9 +66,8 @@ def _run_pieces(config, model_seed: int, mesh):
     rows = load_source(source="arith", arith_num_train=config.data.arith_num_train,
                        arith_num_heldout=config.data.arith_num_heldout, arith_seed=config.data.arith_seed)
     model = place_on_mesh(init_model(model_config(config), seed=model_seed), mesh)
-    learner = Learner(model, config, mesh=mesh)
-    selector = make_selector(config.selection, num_prompts=len(rows), group_size=config.rl.group_size,
-                             train_batch_size=config.train.train_batch_size, seed=config.seed)
+    learner = learner_from_config(model, config, mesh)
+    selector = selector_from_config(config, num_prompts=len(rows))
     pipeline = PromptPipeline(rows, build_tokenizer(config), template=config.data.prompt_template,
                               max_prompt_length=config.data.max_prompt_length, seed=config.seed,
                               shuffle=config.data.shuffle, keep_filter=selector)

@@ -149,5 +149,5 @@ def test_load_eval_sets_in_order_cut_and_named(shared_data, tmp_path):
     assert sets["synthetic"] == load_benchmark("synthetic", "", arith_num_train=30, arith_num_heldout=5,
                                                arith_seed=0)[:3]
     assert len(load_eval_sets(["amc23"], data_dir=shared_data)["amc23"]) == 40
-    with pytest.raises(DataError, match=f"aime24 \\(data_dir {tmp_path}\\): .*no such file"):
+    with pytest.raises(DataError, match=f"aime24 \\(data_dir {tmp_path}\\): .*not found; fetch it with"):
         load_eval_sets(["aime24"], data_dir=str(tmp_path))

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from greso_jax import export as export_mod
-from greso_jax.components import build_tokenizer, load_rows
+from greso_jax.from_config import rows_from_config
+from greso_jax.policy import build_tokenizer
 from greso_jax.data.prompts import format_prompt
 from greso_jax.models import safetensors_io
 from greso_jax.sampling import generate
@@ -71,7 +72,7 @@ def test_exported_policy_generates_greedily_like_ours(trained_run, tmp_path):
     assert hf_model.generation_config.eos_token_id == [1] and hf_model.generation_config.pad_token_id == 0
 
     ours = build_tokenizer(config)
-    rows, _ = load_rows(config)
+    rows, _ = rows_from_config(config)
     texts = [format_prompt(row, config.data.prompt_template, ours) for row in rows[:8]]
     prompts = [ours.encode(t) for t in texts]
     assert [hf_tokenizer.encode(t) for t in texts] == prompts  # the exported tokenizer is the run's

@@ -226,7 +226,8 @@ def load_eval_sets(benchmarks: Sequence[str], *, data_dir: str = "", max_problem
             rows = load_benchmark(name, data_dir, arith_num_train=arith_num_train,
                                   arith_num_heldout=arith_num_heldout, arith_seed=arith_seed)
         except DataError as e:
-            raise DataError(f"{name} (data_dir {data_dir or '.'}): {e}") from None
+            where = f"data_dir {data_dir}" if data_dir else "the data cache: $GRESO_DATA or ~/.cache/greso_jax/data"
+            raise DataError(f"{name} ({where}): {e}") from None
         if max_problems:
             rows = PromptRows(rows[:max_problems], path=rows.path, num_bad_rows=rows.num_bad_rows)
         sets[name] = rows
