@@ -86,9 +86,9 @@ class Trainer:
 
     def _pull_prompts(self, n: int) -> PulledPrompts:
         if multihost.is_multihost():
-            elements, _, skipped_ids = self.pipeline.next_prompts_across_hosts(n, multihost.allgather)
+            elements, skipped_ids = self.pipeline.next_prompts_across_hosts(n, multihost.allgather)
         else:
-            elements, _, skipped_ids = self.pipeline.next_prompts(n)
+            elements, skipped_ids = self.pipeline.next_prompts(n)
         ids = np.asarray([e["prompt_id"] for e in elements], np.int64)
         return PulledPrompts(prompt_ids=ids, payloads=elements, skipped_ids=np.asarray(skipped_ids, np.int64))
 

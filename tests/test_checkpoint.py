@@ -81,7 +81,7 @@ def test_run_state_round_trip_and_params_only_restore(tmp_path):
     mesh = make_mesh(1, 1, 1, devices=jax.devices()[:1])
     learner, selector, pipeline = _run_pieces(config, model_seed=7, mesh=mesh)
     selector.begin_step(1)
-    elements, _, _ = pipeline.next_prompts(6)
+    elements, _ = pipeline.next_prompts(6)
     ids = np.asarray([e["prompt_id"] for e in elements])
     selector.observe(ids, np.arange(6 * 4).reshape(6, 4) % 3 == 0)
     selector.end_step()

@@ -1,4 +1,4 @@
-"""GRESO selector against hand-computed histories, an independent reference of the DESIGN rules, and resumes."""
+"""GRESO selector against hand-computed histories, an independent reference of the reference rules, and resumes."""
 
 
 import numpy as np
@@ -99,7 +99,7 @@ def test_skipped_prompts_record_nothing_and_are_counted_by_kind():
 
 
 def reference_greso(scripted_steps, p_easy, p_hard, delta_p, target, p_min, p_max, probe_ids):
-    """The DESIGN §1 rules written the way the authors' code keeps them: a dict of outcome lists per prompt."""
+    """The GRESO rules (docs/design.md, "GRESO") written the way the authors' code keeps them: a dict of outcome lists per prompt."""
     history: dict[int, list[str]] = {}
     trajectory, keep_probs = [], []
     for step in scripted_steps:

@@ -116,11 +116,11 @@ class PromptPipeline:
         raise ValueError(f"data.max_prompt_length: a whole epoch of prompts is longer than {self.max_prompt_length} "
                          "tokens")
 
-    def next_prompts(self, n: int) -> tuple[list[PromptElement], int, np.ndarray]:
+    def next_prompts(self, n: int) -> tuple[list[PromptElement], np.ndarray]:
         """Pulls prompts until `n` are kept, or until one whole epoch of this shard was pulled
         without that (keep decisions are fixed within a training step, so pulling further would
         only meet the same rejections again): then fewer than `n` come back. Returns (kept
-        elements, number skipped by the keep filter, skipped prompt ids int64 [num_skipped])."""
+        elements, the prompt ids the keep filter skipped, int64 [num_skipped])."""
         if n < 0:
             raise ValueError(f"next_prompts: n must be >= 0, got {n}")
         kept: list[PromptElement] = []
@@ -138,9 +138,9 @@ class PromptPipeline:
             skipped += ids[~keep].tolist()
         self.num_skipped += len(skipped)
         self._global_position = self._iterator.get_state()["next_index"] if self.shard_count == 1 else None
-        return kept, len(skipped), np.array(skipped, dtype=np.int64)
+        return kept, np.array(skipped, dtype=np.int64)
 
-    def next_prompts_across_hosts(self, n: int, allgather) -> tuple[list[PromptElement], int, np.ndarray]:
+    def next_prompts_across_hosts(self, n: int, allgather) -> tuple[list[PromptElement], np.ndarray]:
         """Multi-host `next_prompts`: every host calls it in lockstep with the same `n`; each reads
         only its own shard, and together they return, on every host, exactly the prompts (and
         skips) a single-host pipeline would: the first `n` kept prompts of the global stream.
@@ -185,7 +185,7 @@ class PromptPipeline:
             self._global_position = last_position + 1
         self.num_skipped += len(skipped)
         elements = [self._tokenise(self.rows[prompt_id]) for _, prompt_id in kept]
-        return elements, len(skipped), np.array(skipped, dtype=np.int64)
+        return elements, np.array(skipped, dtype=np.int64)
 
     def get_state(self) -> dict:
         """JSON-serialisable position of the stream (restore with `set_state`)."""

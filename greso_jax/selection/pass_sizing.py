@@ -1,4 +1,4 @@
-"""Adaptive pass size shared by Dynamic Sampling, GRESO and the oracle (DESIGN §1)."""
+"""Adaptive pass size of Dynamic Sampling, GRESO and the oracle (docs/design.md, "Vanilla and Dynamic Sampling")."""
 
 from __future__ import annotations
 
