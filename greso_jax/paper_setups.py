@@ -10,10 +10,11 @@ Batch sizes, prompt and response lengths come from each model's file. Every othe
 ours and marked "ours" below. AERO's settings are ours too (its paper's method section was not
 available): per-prompt budget rl.group_size, the other strategies' budget.
 
-The model folder, the training parquet and the benchmark folder come from flags:
+The training set (the GRESO/DAPO parquet) and the six benchmarks are named data sets, found in
+the data folder: `python -m greso_jax.data.fetch paper` fills the default one ($GRESO_DATA, else
+the user's cache); `--config.data.data_dir=/data --config.eval.data_dir=/data` points at another
+folder in that layout (docs/data.md). Only the model folder comes from a flag:
   --config.model.path=/models/Qwen2.5-Math-1.5B
-  --config.data.path=/data/dapo_math17k_cleaned/train.parquet
-  --config.eval.data_dir=/data
 """
 
 from greso_jax import configs
@@ -41,7 +42,8 @@ def paper_config(variant: str, *, preset: str, train_batch_size: int, rollout_ba
     c.model.tokenizer = "hf"
 
     c.data.source = "parquet"
-    c.data.path = ""  # from --config.data.path
+    c.data.dataset = "dapo_math17k"  # the GRESO paper's training set (verl parquet), by name
+    c.data.path = ""
     c.data.prompt_template = "greso"
     c.data.max_prompt_length = max_prompt_length
     c.data.reward_shaping = "greso"  # the authors' reward: 1 correct, 0.1 boxed but wrong, 0 no box
@@ -108,5 +110,5 @@ def paper_config(variant: str, *, preset: str, train_batch_size: int, rollout_ba
     c.eval.max_new_tokens = 0  # the training response length
     c.eval.benchmarks = PAPER_BENCHMARKS
     c.eval.max_problems = 0
-    c.eval.data_dir = ""  # from --config.eval.data_dir
+    c.eval.data_dir = ""  # "" = the data folder of the fetched sets
     return c

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The same training command on every worker of a TPU VM pod slice.
 #   launch/tpu_pod.sh TPU_NAME ZONE --config experiments/qwen2_5_math_7b.py:greso --workdir gs://bucket/runs/7b \
-#       --config.model.path=/models/Qwen2.5-Math-7B --config.data.path=/data/train.parquet
+#       --config.model.path=/models/Qwen2.5-Math-7B --config.data.data_dir=/data --config.eval.data_dir=/data
 # On TPU VMs jax.distributed.initialize() discovers the workers itself; the repo and the model
 # folder must exist at the same path on every worker (e.g. cloned by a startup script).
 set -euo pipefail

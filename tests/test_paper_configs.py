@@ -43,11 +43,13 @@ def paths(tmp_path):
 
 @pytest.mark.parametrize("file_name", sorted(PAPER_FILES))
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_every_variant_validates_with_the_papers_numbers(file_name, variant, paths):
+def test_every_variant_validates_with_the_papers_numbers(file_name, variant, paths, shared_data):
     preset, train_batch, rollout_batch, max_prompt, max_response = PAPER_FILES[file_name]
     c = load_experiment(file_name).get_config(variant)
-    c.model.path, c.data.path = paths
+    c.model.path, c.data.data_dir = paths[0], shared_data
     validate(c)
+    assert c.data.dataset == "dapo_math17k"
+    assert c.selection.dynamic_sampling.pass_sizing == "fixed" and c.selection.min_pass_size == 64
     assert c.selection.strategy == VARIANTS[variant]
     assert c.model.preset == preset and preset in PRESETS
     assert (c.train.train_batch_size, c.selection.rollout_batch_size) == (train_batch, rollout_batch)
@@ -68,11 +70,13 @@ def test_every_variant_validates_with_the_papers_numbers(file_name, variant, pat
     assert c.data.source == "parquet" and c.data.prompt_template == "greso"
 
 
-def test_paths_come_from_flags_and_are_checked(paths):
+def test_paths_come_from_flags_and_are_checked(paths, shared_data, tmp_path):
     c = load_experiment("qwen2_5_math_1_5b.py").get_config("greso")
-    with pytest.raises(ConfigError, match="data.path"):
-        validate(c)  # no data file given
-    c.data.path = paths[1]
+    c.data.data_dir = str(tmp_path)  # an empty data folder: the training set is not there
+    with pytest.raises(ConfigError, match=r"^data\.dataset: .*train\.parquet: not found; fetch it with "
+                                          r"`python -m greso_jax\.data\.fetch dapo_math17k"):
+        validate(c)
+    c.data.data_dir = shared_data
     with pytest.raises(ConfigError, match="model.tokenizer"):
         validate(c)  # the hf tokenizer needs the model folder
     c.model.path = paths[0] + "-missing"
@@ -85,7 +89,7 @@ def test_unknown_variant_is_named():
         load_experiment("qwen2_5_math_7b.py").get_config("dapo")
 
 
-def test_command_line_loading_with_overrides(paths):
+def test_command_line_loading_with_overrides(paths, shared_data):
     """The configs load through ml_collections' config_flags as the train CLI does (by path, variant after ':')."""
     script = textwrap.dedent("""
         import sys
@@ -97,10 +101,11 @@ def test_command_line_loading_with_overrides(paths):
         c = validate(config.value)
         print(c.selection.strategy, c.selection.greso.delta_p, c.model.preset)
     """)
-    model_dir, data_file = paths
+    model_dir, _ = paths
     result = subprocess.run(
         [sys.executable, "-c", script, "--config", os.path.join(ROOT, "experiments", "r1_distill_qwen_1_5b.py:ds"),
-         f"--config.model.path={model_dir}", f"--config.data.path={data_file}", "--config.selection.greso.delta_p=0.02"],
+         f"--config.model.path={model_dir}", f"--config.data.data_dir={shared_data}",
+         "--config.selection.greso.delta_p=0.02"],
         capture_output=True, text=True, timeout=120, cwd="/")
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["dynamic_sampling", "0.02", "deepseek-r1-distill-qwen-1.5b"]
