@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import time
 from typing import Any
@@ -32,6 +33,7 @@ from greso_jax.sampling import generate
 from greso_jax.selection import PassConfig, PulledPrompts, ScoredPass, make_selector, resolve_strategy, run_selection_step
 from greso_jax.parallel import multihost
 from greso_jax.parallel.sharding import mesh_from_config
+from greso_jax.run_dir import open_run_dir
 
 
 def _load_rows(c):
@@ -43,6 +45,10 @@ def _load_rows(c):
     # "synthetic" is the held-out half of the arithmetic pool: a run on other data has none
     benchmarks = [b for b in c.eval.benchmarks if b != "synthetic" or (d.source == "arith" and d.arith_num_heldout)]
     return train, load_eval_sets(benchmarks, data_dir=c.eval.data_dir, max_problems=c.eval.max_problems, **arith)
+
+
+def _rounded(value) -> float | None:
+    return round(value, 4) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
 @dataclasses.dataclass
@@ -65,9 +71,15 @@ class Trainer:
         self.log = log if self.is_main else (lambda *a, **k: None)
         os.makedirs(self.workdir, exist_ok=True)
         c = config
+        # run_dir hook: lock the workdir, pick the newest intact checkpoint, refuse an incompatible
+        # resume; before anything below writes into the workdir (warm-start cache, config.json).
+        self.run_dir = open_run_dir(self.workdir, c, is_main=self.is_main, log=self.log)
         self.mesh = mesh_from_config(c.mesh)
         self.tokenizer = build_tokenizer(c)
         self.train_rows, self.eval_sets = _load_rows(c)
+        if not self.eval_sets:
+            self.log(f"no evaluation sets for data.source={c.data.source!r} (eval.benchmarks={list(c.eval.benchmarks)}): "
+                     "held-out accuracy is not measured")
         self.model = build_policy(c, self.tokenizer, self.train_rows, self.workdir, self.mesh, log=self.log)
         self.learner = Learner(self.model, c, mesh=self.mesh)
         strategy = resolve_strategy(c.selection.strategy)
@@ -86,8 +98,9 @@ class Trainer:
         self.counters = {"rollout/num_responses": 0, "rollout/num_tokens": 0, "selection/skipped_total": 0,
                          "train/bad_steps": 0}
         self._timers: dict[str, float] = {}
-        with open(os.path.join(self.workdir, "config.json"), "w") as f:
-            f.write(c.to_json_best_effort(indent=2))
+        self._dropped_logged = False
+        if self.is_main:  # run_dir hook: config.json, configs/<step>.json, configs/launches.jsonl
+            self.run_dir.record_launch(c)
 
     # -- callbacks for the selection driver -------------------------------------------------
 
@@ -241,7 +254,7 @@ class Trainer:
 
     def _restore(self) -> int:
         step = restore_run_state(self.checkpointer, learner=self.learner, selector=self.selector,
-                                 pipeline=self.pipeline, counters=self.counters)
+                                 pipeline=self.pipeline, counters=self.counters, step=self.run_dir.start_step)
         if step:
             self.log(f"resumed from step {step} ({self.checkpointer.directory})")
         return step
@@ -275,6 +288,11 @@ class Trainer:
             if key in metrics:
                 self.counters[key] = int(metrics[key])
         metrics["rewards/grading_failures"] = self._grading_failures
+        metrics["data/dropped_too_long"] = self.pipeline.num_dropped_too_long
+        if self.pipeline.num_dropped_too_long and not self._dropped_logged:
+            self._dropped_logged = True
+            self.log(f"dropping prompts longer than data.max_prompt_length={c.data.max_prompt_length} tokens "
+                     "(counted in data/dropped_too_long)")
         if metrics.get("actor/nonfinite_skipped", 0):
             self.counters["train/bad_steps"] += 1
         else:
@@ -306,6 +324,7 @@ class Trainer:
             with open(os.path.join(self.workdir, "summary.json"), "w") as f:
                 json.dump(summary, f, indent=2)
             self.log(format_table([summary], list(summary)))
+        self.run_dir.close()  # run_dir hook: release the workdir lock once everything is written
         return summary
 
     def _loop(self, start_step: int, writer: MetricsWriter, progress: Progress) -> None:
@@ -327,9 +346,9 @@ class Trainer:
 
     def _summary(self) -> dict[str, Any]:
         evals = [r for r in read_metrics(self.workdir) if "eval/accuracy" in r]
-        before = evals[0]["eval/accuracy"] if evals else float("nan")
-        after = evals[-1]["eval/accuracy"] if evals else float("nan")
+        # metrics.jsonl stores a NaN accuracy (no evaluation sets) as the string "nan": report None
+        before, after = (evals[i]["eval/accuracy"] if evals else None for i in (0, -1))
         return {"strategy": self.config.selection.strategy, "steps": self.config.train.num_steps,
-                "accuracy_before": round(before, 4), "accuracy_after": round(after, 4),
+                "accuracy_before": _rounded(before), "accuracy_after": _rounded(after),
                 "rollouts_generated": self.counters["rollout/num_responses"],
                 "prompts_skipped": self.counters["selection/skipped_total"]}
