@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import errno
+import logging
 import re
 import sys
 import traceback
 
 from absl import app, flags
+from absl import logging as absl_logging
 
 _VERBOSE = flags.DEFINE_bool("verbose", False, "Print the traceback of an error, not just its one-line message.")
 
@@ -90,10 +92,21 @@ def parse_flags(argv: list[str]) -> list[str]:
         _fail(_flag_error(e, argv), "--verbose" in argv)
 
 
+class _WithoutTracebacks(logging.Filter):
+    """Keeps a log record's message but drops its traceback: background threads (orbax's writers,
+    asyncio) log the failure the main thread then reports in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.exc_info, record.exc_text, record.stack_info = None, None, None
+        return True
+
+
 def run(main, *, user_errors: tuple[type[BaseException], ...] = ()) -> None:
     """app.run(main) where a user error (a bad config, data, checkpoint or model folder, a workdir in
     use, a full disk; plus `user_errors`) prints one line and exits with status 2."""
     def guarded(argv):
+        if not _VERBOSE.value:
+            absl_logging.get_absl_handler().addFilter(_WithoutTracebacks())
         try:
             main(argv)
         except Exception as e:  # noqa: BLE001 -- re-raised unless it is a user error

@@ -37,10 +37,13 @@ def _train(workdir, *overrides, **kwargs):
     return _cli("greso_jax.train", f"--config={CONFIG}", f"--workdir={workdir}", *overrides, **kwargs)
 
 
-def _one_line_error(result, *needles):
-    """Exit status 2, and stderr's last line is the whole error: no traceback."""
+def _one_line_error(result, *needles, background_noise=False):
+    """Exit status 2, and stderr's last line is the whole error: no traceback. `background_noise`: orbax's
+    tensorstore writer threads print their own "Event loop is closed" traces after a failed write;
+    then only frames of our code are ruled out."""
     assert result.returncode == 2, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    forbidden = f'File "{ROOT}' if background_noise else "Traceback"
+    assert forbidden not in result.stderr, result.stderr[-3000:]
     line = result.stderr.strip().splitlines()[-1]
     assert line.startswith("error: "), line
     for needle in needles:
@@ -223,7 +226,8 @@ def test_a_full_disk_names_the_path_and_leaves_the_previous_step_intact(run_copy
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
     result = _train(run_copy, "--config.train.num_steps=4", preexec_fn=small_files)
-    _one_line_error(result, "checkpoint step 3", checkpoint_dir(str(run_copy)), "step 2 is intact")
+    _one_line_error(result, "checkpoint step 3", checkpoint_dir(str(run_copy)), "File too large", "step 2 is intact",
+                    background_noise=True)
     assert choose_restore_step(checkpoint_dir(str(run_copy)), log=lambda *a: None) == 2
     again = _train(run_copy, "--config.train.num_steps=3")
     assert again.returncode == 0 and "resumed from step 2" in again.stdout, again.stderr[-3000:]
