@@ -216,7 +216,9 @@ class Checkpointer:
     def _write_error(self, step: int, error: Exception) -> CheckpointWriteError:
         self._failed = True
         previous = max((s for s in self._manager.all_steps() if s < step), default=None)
-        what = " ".join(str(error).split())[:400]
+        what = " ".join(str(error).split())
+        if len(what) > 400:  # tensorstore's message starts with the item and ends with the file and the cause
+            what = what[:150] + " ... " + what[-250:]
         kept = f"step {previous} is intact" if previous is not None else "no earlier step exists"
         return CheckpointWriteError(f"checkpoint step {step}: writing under {self.directory} failed ({what}); {kept}")
 
