@@ -14,6 +14,7 @@ ablation.txt (table), ablation.json and accuracy_vs_rollouts.png.
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import math
 import os
@@ -74,7 +75,7 @@ def _share_warmstart(workdirs: Sequence[str], target: str) -> None:
         return
     for other in workdirs:
         source = os.path.join(other, "warmstart")
-        if other != target and os.path.exists(os.path.join(source, "warmstart.json")):
+        if other != target and glob.glob(os.path.join(source, "*", "warmstart.json")):  # a finished keyed cache
             shutil.copytree(source, os.path.join(target, "warmstart"))
             return
 

@@ -5,12 +5,19 @@ items: `train_state` (parameters, optimiser state, update count: sharded jax arr
 `selector` (the selector's per-prompt history, NumPy) and `meta` (JSON: step, data-iterator
 state, cumulative counters, the config). Random keys are not stored: every key is derived
 from (seed, step), so the step is enough.
+
+After a step is written, `manifest.json` in its folder records every file's size and SHA-256;
+`choose_restore_step` checks it before anything is restored, so a damaged or partial step is
+reported and skipped instead of being restored (or crashing orbax) on every restart.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
+import time
 from typing import Any
 
 import jax
@@ -22,6 +29,8 @@ from flax import nnx
 TRAIN_STATE, SELECTOR, META = "train_state", "selector", "meta"
 ITEM_NAMES = (TRAIN_STATE, SELECTOR, META)
 CHECKPOINTS_FOLDER = "checkpoints"
+MANIFEST = "manifest.json"
+DAMAGED_FOLDER = "damaged_checkpoints"  # damaged steps are moved here (not deleted: they may be inspected)
 
 
 class NonFiniteCheckpointError(RuntimeError):
@@ -31,6 +40,10 @@ class NonFiniteCheckpointError(RuntimeError):
 class CheckpointError(ValueError):
     """A missing step, or a checkpoint that does not fit the model it is restored into; the message
     names the folder and the step."""
+
+
+class CheckpointWriteError(CheckpointError):
+    """A step could not be written (e.g. a full disk); the previous steps are untouched."""
 
 
 def checkpoint_dir(workdir: str) -> str:
@@ -49,6 +62,99 @@ def latest_step(checkpoint_dir: str) -> int | None:
     """The highest finished step in `checkpoint_dir` (None: none)."""
     steps = finished_steps(checkpoint_dir)
     return steps[-1] if steps else None
+
+
+def _file_digest(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _step_files(step_dir: str) -> list[str]:
+    """Every file of a step folder (relative paths, sorted) except the manifest itself."""
+    files = []
+    for root, _, names in os.walk(step_dir):
+        files += [os.path.relpath(os.path.join(root, n), step_dir) for n in names]
+    return sorted(f for f in files if f != MANIFEST)
+
+
+def write_manifest(step_dir: str) -> None:
+    """Records the size and SHA-256 of every file of a finished step in `step_dir/manifest.json`
+    (written to a temporary name and renamed: a manifest is complete or absent)."""
+    files = {f: {"size": os.path.getsize(os.path.join(step_dir, f)), "sha256": _file_digest(os.path.join(step_dir, f))}
+             for f in _step_files(step_dir)}
+    tmp = os.path.join(step_dir, MANIFEST + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump({"files": files}, f, indent=1)
+    os.replace(tmp, os.path.join(step_dir, MANIFEST))
+
+
+def step_damage(step_dir: str) -> str | None:
+    """None when every file of the step matches its manifest, else "<file>: <what is wrong>"
+    (the file relative to the checkpoints folder). Raises FileNotFoundError without a manifest."""
+    with open(os.path.join(step_dir, MANIFEST)) as f:
+        try:
+            files = json.load(f)["files"]
+        except (ValueError, KeyError):
+            return f"{MANIFEST}: not a valid manifest"
+    name = os.path.basename(step_dir)
+    for rel, expected in sorted(files.items()):
+        path = os.path.join(step_dir, rel)
+        if not os.path.exists(path):
+            return f"{name}/{rel}: missing"
+        size = os.path.getsize(path)
+        if size != expected["size"]:
+            return f"{name}/{rel}: {size} bytes, the manifest says {expected['size']} (truncated or partial)"
+        if _file_digest(path) != expected["sha256"]:
+            return f"{name}/{rel}: content differs from the manifest (SHA-256 mismatch)"
+    return None
+
+
+def read_step_meta(checkpoint_dir: str, step: int) -> dict | None:
+    """A step's JSON metadata item (step, data state, counters, config), or None when unreadable."""
+    try:
+        with open(os.path.join(checkpoint_dir, str(step), META, "metadata")) as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def choose_restore_step(checkpoint_dir: str, *, log=print, move_damaged: bool = True) -> int | None:
+    """The newest step whose files match its manifest (None: no steps). Damaged steps newer than it
+    are reported in one line each and, with `move_damaged` (the one process that may write), moved
+    to the workdir's damaged_checkpoints/ so that orbax neither restores nor overwrites them. A step
+    without a manifest (the run stopped between writing it and writing its manifest) is used,
+    unverified. Raises CheckpointError naming each step and file when no step is intact."""
+    if not os.path.isdir(checkpoint_dir):
+        return None
+    steps = sorted((int(n) for n in os.listdir(checkpoint_dir)
+                    if n.isdigit() and os.path.isdir(os.path.join(checkpoint_dir, n))), reverse=True)
+    damaged: list[tuple[int, str]] = []
+    for step in steps:
+        step_dir = os.path.join(checkpoint_dir, str(step))
+        try:
+            problem = step_damage(step_dir)
+        except FileNotFoundError:
+            log(f"checkpoint step {step} has no {MANIFEST} (the run stopped before writing it); using it unverified")
+            problem = None
+        if problem is None and read_step_meta(checkpoint_dir, step) is None:
+            problem = f"{step}/{META}/metadata: missing or not JSON"
+        if problem is None:
+            for bad_step, _ in damaged if move_damaged else ():
+                target = os.path.join(os.path.dirname(checkpoint_dir), DAMAGED_FOLDER,
+                                      f"{bad_step}-{time.strftime('%Y%m%d-%H%M%S')}")
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                shutil.move(os.path.join(checkpoint_dir, str(bad_step)), target)
+            return step
+        damaged.append((step, problem))
+        log(f"checkpoint step {step} is damaged ({problem}); falling back to an older step")
+    if damaged:
+        raise CheckpointError(f"{checkpoint_dir}: no intact checkpoint: "
+                              + "; ".join(f"step {s}: {p}" for s, p in damaged))
+    return None
 
 
 def _all_finite(tree) -> bool:
@@ -70,17 +176,26 @@ def _as_restore_target(tree):
 
 
 class Checkpointer:
-    """Keeps the last `keep` checkpoints under `directory`; saves every `every_steps` steps."""
+    """Keeps the last `keep` checkpoints under `directory`; saves every `every_steps` steps and
+    writes each finished step's manifest (process 0)."""
 
     def __init__(self, directory: str, *, keep: int = 3, every_steps: int = 50, async_save: bool = True):
         self.directory = os.path.abspath(directory)
         self.every_steps = every_steps
-        options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
+        # cleanup_tmp_directories: a save interrupted by a crash or a full disk leaves a temporary
+        # folder behind; it holds nothing restorable.
+        options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, cleanup_tmp_directories=True,
                                                enable_async_checkpointing=async_save)
         self._manager = ocp.CheckpointManager(self.directory, options=options,
                                               item_names=ITEM_NAMES)
+        self._without_manifest: list[int] = []  # saved steps whose manifest is not written yet
+        self._writes_manifests = jax.process_index() == 0
+        self._failed = False
 
     def should_save(self, step: int, final: bool = False) -> bool:
+        """Whether to save at `step`; also writes the manifests of saves that finished in the
+        background since the last call (it is called every step)."""
+        self._write_manifests(block=False)
         return final or (self.every_steps > 0 and step % self.every_steps == 0)
 
     def latest_step(self) -> int | None:
@@ -91,10 +206,42 @@ class Checkpointer:
             raise NonFiniteCheckpointError(f"step {step}: parameters or optimiser state are not finite; "
                                            "refusing to checkpoint")
         selector_state = {k: np.asarray(v) for k, v in selector_state.items()}
-        self._manager.save(step, args=ocp.args.Composite(**{
-            TRAIN_STATE: ocp.args.StandardSave(train_state),
-            SELECTOR: ocp.args.StandardSave(selector_state),
-            META: ocp.args.JsonSave(meta)}), force=True)
+        self._write_manifests(block=False)
+        try:
+            self._manager.save(step, args=ocp.args.Composite(**{
+                TRAIN_STATE: ocp.args.StandardSave(train_state),
+                SELECTOR: ocp.args.StandardSave(selector_state),
+                META: ocp.args.JsonSave(meta)}), force=True)
+        except Exception as e:  # orbax and tensorstore raise many types for an I/O failure
+            raise self._write_error(step, e) from e
+        self._without_manifest.append(step)
+        if not self._manager.is_saving_in_progress():
+            self._write_manifests(block=False)
+
+    def _write_error(self, step: int, error: Exception) -> CheckpointWriteError:
+        self._failed = True
+        previous = max((s for s in self._manager.all_steps() if s < step), default=None)
+        what = " ".join(str(error).split())
+        if len(what) > 400:  # tensorstore's message starts with the item and ends with the file and the cause
+            what = what[:150] + " ... " + what[-250:]
+        kept = f"step {previous} is intact" if previous is not None else "no earlier step exists"
+        return CheckpointWriteError(f"checkpoint step {step}: writing under {self.directory} failed ({what}); {kept}")
+
+    def _write_manifests(self, *, block: bool) -> None:
+        if not self._without_manifest:
+            return
+        if block:
+            try:
+                self._manager.wait_until_finished()
+            except Exception as e:  # an async save failed in the background
+                raise self._write_error(self._without_manifest[-1], e) from e
+        elif self._manager.is_saving_in_progress():
+            return
+        for step in self._without_manifest:
+            step_dir = os.path.join(self.directory, str(step))
+            if self._writes_manifests and os.path.isdir(step_dir):  # absent: already deleted by max_to_keep
+                write_manifest(step_dir)
+        self._without_manifest = []
 
     def restore(self, step: int, *, train_state_like: Any, selector_state_like: dict) -> dict:
         """Restores `step`; `*_like` give the structure (and target shardings) to restore into."""
@@ -106,11 +253,20 @@ class Checkpointer:
         return {"train_state": restored[TRAIN_STATE], "selector": dict(restored[SELECTOR]), "meta": restored[META]}
 
     def wait(self) -> None:
-        self._manager.wait_until_finished()
+        self._write_manifests(block=True)
 
     def close(self) -> None:
-        self._manager.wait_until_finished()
-        self._manager.close()
+        """Finishes pending writes and their manifests; after a failed save only releases orbax
+        (the failure was already raised)."""
+        try:
+            if not self._failed:
+                self._write_manifests(block=True)
+        finally:
+            try:
+                self._manager.close()
+            except Exception:  # noqa: BLE001 -- closing after a failed write re-raises that failure
+                if not self._failed:
+                    raise
 
 
 def save_run_state(checkpointer: Checkpointer, step: int, *, learner, selector, pipeline, counters: dict,
@@ -122,11 +278,13 @@ def save_run_state(checkpointer: Checkpointer, step: int, *, learner, selector, 
     checkpointer.save(step, train_state=learner.train_state(), selector_state=selector.state_dict(), meta=meta)
 
 
-def restore_run_state(checkpointer: Checkpointer, *, learner, selector, pipeline, counters: dict) -> int:
-    """Restores the latest checkpoint into the learner, selector and pipeline and updates `counters`
-    in place; returns its step (0, touching nothing, when there is none)."""
-    step = checkpointer.latest_step()
-    if step is None:
+def restore_run_state(checkpointer: Checkpointer, *, learner, selector, pipeline, counters: dict,
+                      step: int | None = None) -> int:
+    """Restores `step` (None: the latest; the trainer passes the step `choose_restore_step` verified)
+    into the learner, selector and pipeline and updates `counters` in place; returns the step
+    (0, touching nothing, when there is none)."""
+    step = checkpointer.latest_step() if step is None else step
+    if not step:
         return 0
     restored = checkpointer.restore(step, train_state_like=learner.train_state(),
                                     selector_state_like=selector.state_dict())

@@ -119,6 +119,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.checkpoint.every_steps = 50
     c.checkpoint.keep = 3
     c.checkpoint.async_save = True
+    # Comma-separated fields a resume may change although they change what the run means (run_dir.MAY_CHANGE
+    # lists the ones that always may); each launch's changes are recorded in <workdir>/configs/launches.jsonl.
+    c.checkpoint.allow_changes = ""
 
     c.eval = ml_collections.ConfigDict()
     c.eval.every_steps = 0  # 0: only at the start and the end
@@ -220,6 +223,7 @@ FIELD_SPECS: dict[str, Spec] = {
     "checkpoint.every_steps": Spec(INT, 0),
     "checkpoint.keep": Spec(INT, 1),
     "checkpoint.async_save": Spec(BOOL),
+    "checkpoint.allow_changes": Spec(STR),
     "eval.every_steps": Spec(INT, 0),
     "eval.num_samples": Spec(INT, 1),
     "eval.temperature": Spec(FLOAT, 0),

@@ -15,7 +15,6 @@ import copy
 import dataclasses
 import json
 import os
-import sys
 from typing import Sequence
 
 import ml_collections
@@ -24,7 +23,7 @@ import numpy as np
 from greso_jax import configs
 from greso_jax.benchmark_scoring import EVAL_SEED_OFFSET as TRAINER_EVAL_SEED_OFFSET
 from greso_jax.benchmark_scoring import sample_and_grade, summarize
-from greso_jax.checkpoint import CHECKPOINTS_FOLDER, CheckpointError, latest_step
+from greso_jax.checkpoint import CHECKPOINTS_FOLDER, CheckpointError, choose_restore_step, read_step_meta, step_damage
 from greso_jax.paper_setups import PAPER_BENCHMARKS
 
 
@@ -39,19 +38,29 @@ class CheckpointSource:
     step: int | None = None  # workdir: the checkpoint step
 
 
-def resolve_checkpoint(path: str) -> CheckpointSource:
-    """`workdir` (its latest step), `workdir/checkpoints/<step>`, or a Hugging Face folder."""
+def resolve_checkpoint(path: str, log=print) -> CheckpointSource:
+    """`workdir` (its newest intact step), `workdir/checkpoints/<step>` (checked against its manifest),
+    or a Hugging Face folder."""
     path = os.path.abspath(path)
     if not os.path.isdir(path):
         raise EvaluateError(f"--checkpoint: no such folder: {path}")
     checkpoints = os.path.join(path, CHECKPOINTS_FOLDER)
     if os.path.isdir(checkpoints):
-        step = latest_step(checkpoints)
+        try:
+            step = choose_restore_step(checkpoints, log=log, move_damaged=False)
+        except CheckpointError as e:
+            raise EvaluateError(f"--checkpoint: {e}") from None
         if step is None:
             raise EvaluateError(f"--checkpoint: {checkpoints} holds no finished checkpoint")
         return CheckpointSource("workdir", path, step)
     name, parent = os.path.basename(path), os.path.dirname(path)
     if name.isdigit() and os.path.basename(parent) == CHECKPOINTS_FOLDER:
+        try:
+            damage = step_damage(path)
+        except FileNotFoundError:  # no manifest: written before manifests, or the run stopped first
+            damage = None
+        if damage:
+            raise EvaluateError(f"--checkpoint: step {name} is damaged: {os.path.join(parent, damage)}")
         return CheckpointSource("workdir", os.path.dirname(parent), int(name))
     has_weights = any(os.path.exists(os.path.join(path, f))
                       for f in ("model.safetensors", "model.safetensors.index.json"))
@@ -75,10 +84,14 @@ def _hf_folder_defaults() -> ml_collections.ConfigDict:
 
 
 def run_config(source: CheckpointSource, config: ml_collections.ConfigDict | None) -> ml_collections.ConfigDict:
-    """The config that describes the checkpoint: `config` if given, else the run's config.json
-    (workdir) or the HF defaults. A HF checkpoint's folder becomes model.path."""
+    """The config that describes the checkpoint: `config` if given, else the config its step was saved
+    with, the run's config.json (workdir) or the HF defaults. A HF checkpoint's folder becomes model.path."""
+    saved = (read_step_meta(os.path.join(source.path, CHECKPOINTS_FOLDER), source.step) or {}).get("config") \
+        if source.kind == "workdir" else None
     if config is not None:
         config = copy.deepcopy(config)
+    elif saved is not None:  # a resume may have changed config.json since (checkpoint.allow_changes)
+        config = ml_collections.ConfigDict(saved)
     elif source.kind == "workdir":
         config_path = os.path.join(source.path, "config.json")
         if not os.path.exists(config_path):
@@ -184,7 +197,7 @@ def evaluate(checkpoint: str, *, config=None, benchmarks: Sequence[str] | None =
     from greso_jax.policy import build_tokenizer, load_policy
     from greso_jax.rewards.pool import GradingPool
 
-    source = resolve_checkpoint(checkpoint)
+    source = resolve_checkpoint(checkpoint, log=log)
     config = run_config(source, config)
     settings = settings_from(config, benchmarks=benchmarks, num_samples=num_samples, temperature=temperature,
                              top_p=top_p, max_new_tokens=max_new_tokens, max_prompt_length=max_prompt_length,
@@ -278,17 +291,12 @@ def main(argv) -> None:
     try:
         pass_k = [int(k) for k in f.k] if f.k else None
     except ValueError:
-        print(f"error: --k: expected integers, got {','.join(f.k)}", file=sys.stderr)
-        sys.exit(2)
-    try:
-        results = evaluate(f.checkpoint, config=f.config, num_grading_workers=f.grading_workers,
-                           batch_prompts=f.batch_prompts, benchmarks=f.benchmarks, num_samples=f.num_samples,
-                           temperature=f.temperature, top_p=f.top_p, max_new_tokens=f.max_new_tokens,
-                           max_prompt_length=f.max_prompt_length, template=f.template, data_dir=f.data_dir,
-                           max_problems=f.max_problems, seed=f.seed, pass_k=pass_k)
-    except (EvaluateError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        raise EvaluateError(f"--k: expected integers, got {','.join(f.k)}") from None
+    results = evaluate(f.checkpoint, config=f.config, num_grading_workers=f.grading_workers,
+                       batch_prompts=f.batch_prompts, benchmarks=f.benchmarks, num_samples=f.num_samples,
+                       temperature=f.temperature, top_p=f.top_p, max_new_tokens=f.max_new_tokens,
+                       max_prompt_length=f.max_prompt_length, template=f.template, data_dir=f.data_dir,
+                       max_problems=f.max_problems, seed=f.seed, pass_k=pass_k)
     print(results_table(results))
     if f.output:
         os.makedirs(os.path.dirname(os.path.abspath(f.output)), exist_ok=True)
@@ -298,10 +306,10 @@ def main(argv) -> None:
 
 
 def run() -> None:
-    from absl import app
+    from greso_jax import cli  # defines --verbose
 
     _define_flags()
-    app.run(main)
+    cli.run(main, user_errors=(EvaluateError,))  # user errors: one line, exit 2
 
 
 if __name__ == "__main__":

@@ -1,13 +1,11 @@
-"""CLI: python -m greso_jax.train --config experiments/<file>.py[:variant] --workdir DIR [--config.x=y]."""
+"""CLI: python -m greso_jax.train --config experiments/<file>.py[:variant] --workdir DIR [--config.x=y] [--verbose]."""
 
 from __future__ import annotations
 
-import sys
-
-from absl import app, flags, logging
+from absl import flags, logging
 from ml_collections import config_flags
 
-from greso_jax.configs import ConfigError
+from greso_jax import cli
 from greso_jax.parallel.distributed import initialize_from_flags  # defines the multi-host flags
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (…/x.py[:variant]).",
@@ -23,16 +21,11 @@ def main(argv) -> None:
     initialize_from_flags()
     from greso_jax.trainer import Trainer
 
-    try:
-        trainer = Trainer(_CONFIG.value, _WORKDIR.value)
-    except (ConfigError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    trainer.run()
+    Trainer(_CONFIG.value, _WORKDIR.value).run()
 
 
 def run() -> None:
-    app.run(main)
+    cli.run(main)  # user errors (config, data, checkpoints, model folder, workdir lock, full disk): one line, exit 2
 
 
 if __name__ == "__main__":

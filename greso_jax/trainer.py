@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import time
 from typing import Any
@@ -28,6 +29,7 @@ from greso_jax.parallel.sharding import mesh_from_config
 from greso_jax.policy import build_policy, build_tokenizer
 from greso_jax.rewards.pool import GradingPool, score_across_hosts
 from greso_jax.rl.batch import assemble_batch
+from greso_jax.run_dir import open_run_dir
 from greso_jax.sampling import generate_in_chunks
 from greso_jax.selection import PulledPrompts, ScoredPass, run_selection_step
 
@@ -42,9 +44,15 @@ class Trainer:
         self.is_main = jax.process_index() == 0
         self.log = log if self.is_main else (lambda *a, **k: None)
         os.makedirs(self.workdir, exist_ok=True)
+        # Lock the workdir, choose the newest intact checkpoint and refuse an incompatible resume
+        # before anything below writes into the workdir (warm-start cache, config files).
+        self.run_dir = open_run_dir(self.workdir, c, is_main=self.is_main, log=self.log)
         self.mesh = mesh_from_config(c.mesh)
         self.tokenizer = build_tokenizer(c)
         self.train_rows, self.eval_sets = rows_from_config(c)
+        if not self.eval_sets:
+            self.log(f"no evaluation sets for data.source={c.data.source!r} (eval.benchmarks="
+                     f"{list(c.eval.benchmarks)}): held-out accuracy is not measured")
         self.model = build_policy(c, self.tokenizer, self.train_rows, self.workdir, self.mesh, log=self.log)
         self.learner = learner_from_config(self.model, c, self.mesh)
         self.selector = selector_from_config(c, num_prompts=max(r.prompt_id for r in self.train_rows) + 1)
@@ -60,8 +68,9 @@ class Trainer:
         self.counters = {"rollout/num_responses": 0, "rollout/num_tokens": 0, "selection/skipped_total": 0,
                          "train/bad_steps": 0}
         self._timers: dict[str, float] = {}
-        with open(os.path.join(self.workdir, "config.json"), "w") as f:
-            f.write(c.to_json_best_effort(indent=2))
+        self._dropped_logged = False
+        if self.is_main:  # config.json, configs/<step>.json, configs/launches.jsonl
+            self.run_dir.record_launch(c)
 
     # -- one step ------------------------------------------------------------------------------
 
@@ -79,6 +88,11 @@ class Trainer:
         metrics.update(self._update(result) if result.groups else {"train/groups": 0})
         self._count(metrics)
         metrics["rewards/grading_failures"] = self._grading_failures
+        metrics["data/dropped_too_long"] = self.pipeline.num_dropped_too_long
+        if self.pipeline.num_dropped_too_long and not self._dropped_logged:
+            self._dropped_logged = True
+            self.log(f"dropping prompts longer than data.max_prompt_length={c.data.max_prompt_length} tokens "
+                     "(counted in data/dropped_too_long)")
         metrics.update(self._timers)
         metrics["time/step"] = time.perf_counter() - start
         metrics.update(self.counters)
@@ -173,7 +187,7 @@ class Trainer:
     def run(self) -> dict[str, Any]:
         c = self.config
         start_step = restore_run_state(self.checkpointer, learner=self.learner, selector=self.selector,
-                                       pipeline=self.pipeline, counters=self.counters)
+                                       pipeline=self.pipeline, counters=self.counters, step=self.run_dir.start_step)
         if start_step:
             self.log(f"resumed from step {start_step} ({self.checkpointer.directory})")
         writer = MetricsWriter(self.workdir, enabled=self.is_main, resume_step=start_step or None, config=c)
@@ -195,6 +209,7 @@ class Trainer:
             with open(os.path.join(self.workdir, "summary.json"), "w") as f:
                 json.dump(summary, f, indent=2)
             self.log(format_table([summary], list(summary)))
+        self.run_dir.close()  # release the workdir lock once everything is written
         return summary
 
     def _loop(self, start_step: int, writer: MetricsWriter, progress: Progress) -> None:
@@ -217,9 +232,13 @@ class Trainer:
 
     def _summary(self) -> dict[str, Any]:
         evals = [r for r in read_metrics(self.workdir) if "eval/accuracy" in r]
-        before = evals[0]["eval/accuracy"] if evals else float("nan")
-        after = evals[-1]["eval/accuracy"] if evals else float("nan")
+        # A run without evaluation sets stores its NaN accuracy as the string "nan": report None.
+        before, after = (evals[i]["eval/accuracy"] if evals else None for i in (0, -1))
         return {"strategy": self.config.selection.strategy, "steps": self.config.train.num_steps,
-                "accuracy_before": round(before, 4), "accuracy_after": round(after, 4),
+                "accuracy_before": _rounded(before), "accuracy_after": _rounded(after),
                 "rollouts_generated": self.counters["rollout/num_responses"],
                 "prompts_skipped": self.counters["selection/skipped_total"]}
+
+
+def _rounded(value) -> float | None:
+    return round(value, 4) if isinstance(value, (int, float)) and math.isfinite(value) else None

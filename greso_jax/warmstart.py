@@ -2,7 +2,9 @@
 
 RL needs a policy that sometimes succeeds: the embedded default trains its tiny model from
 random weights, so a short supervised phase brings it to partial competence first. The
-result is saved as a Hugging Face folder and reused when the same settings ask for it again.
+result is saved as a Hugging Face folder named by a digest of everything it depends on, and
+reused when the same settings ask for it again (a run with other settings adds a folder
+instead of replacing the one an earlier run used).
 """
 
 from __future__ import annotations
@@ -66,14 +68,20 @@ def supervised_train(model: Qwen2, ids: np.ndarray, mask: np.ndarray, *, steps: 
     return losses
 
 
+def warmstart_folder(cache_dir: str, key: dict) -> str:
+    """The cache's folder for `key`: `cache_dir/<first 16 hex digits of the key's SHA-256>`."""
+    return os.path.join(cache_dir, hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16])
+
+
 def cached_warmstart(model: Qwen2, pairs, *, cache_dir: str, eos_id: int, pad_id: int, width: int, steps: int,
                      batch_size: int, learning_rate: float, seed: int, log=print, write_cache: bool = True) -> Qwen2:
-    """Returns the warm-started model, from `cache_dir` when it holds a run with the same settings.
-    Training is deterministic, so on several hosts each trains its own identical copy and only
-    one (`write_cache`) writes the cache."""
+    """Returns the warm-started model, from `warmstart_folder(cache_dir, key)` when a run with the same
+    settings wrote it. Training is deterministic, so on several hosts each trains its own identical
+    copy and only one (`write_cache`) writes the cache."""
     key = {"steps": steps, "batch_size": batch_size, "learning_rate": learning_rate, "seed": seed,
            "width": width, "model": repr(model.cfg),
            "data": hashlib.sha256(json.dumps([list(map(list, p)) for p in pairs]).encode()).hexdigest()}
+    cache_dir = warmstart_folder(cache_dir, key)
     key_path = os.path.join(cache_dir, "warmstart.json")
     if os.path.exists(key_path):
         with open(key_path) as f:

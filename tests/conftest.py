@@ -56,4 +56,5 @@ def warm_policy(tmp_path_factory):
     rows = load_source(source=d.source, arith_num_train=d.arith_num_train, arith_num_heldout=d.arith_num_heldout,
                        arith_seed=d.arith_seed)
     build_policy(config, build_tokenizer(config), rows, str(workdir), make_mesh(1, 1, 1), log=lambda *a: None)
-    return str(workdir / "warmstart")
+    (folder,) = (workdir / "warmstart").iterdir()  # the cache's one keyed folder
+    return str(folder)

@@ -178,8 +178,9 @@ def test_bad_input_is_named(constant_policy, tmp_path):
 
 def test_resolve_checkpoint_forms(tmp_path):
     run = tmp_path / "run"
-    (run / "checkpoints" / "10").mkdir(parents=True)
-    (run / "checkpoints" / "30").mkdir()
+    for step in (10, 30):  # a step is finished once its folder has a readable metadata item
+        (run / "checkpoints" / str(step) / "meta").mkdir(parents=True)
+        (run / "checkpoints" / str(step) / "meta" / "metadata").write_text("{}")
     assert resolve_checkpoint(str(run)).step == 30
     assert resolve_checkpoint(str(run / "checkpoints" / "10")).step == 10
     hf = tmp_path / "hf"

@@ -138,19 +138,19 @@ def load_jsonl(path: str, *, format: str | None = None, skip_bad_rows: bool = Fa
         raise DataError(f"{path}: no such file")
     read_row = _JSONL_READERS[format]
     rows = PromptRows(path=path)
-    with open(path, encoding="utf-8") as f:
-        for line_number, line in enumerate(f, start=1):
-            if not line.strip():
+    with open(path, "rb") as f:  # decoded line by line: a non-UTF-8 line is a bad row like any other
+        for line_number, raw in enumerate(f, start=1):
+            if not raw.strip():
                 continue
             try:
-                record = json.loads(line)
+                record = json.loads(raw.decode("utf-8"))
                 if not isinstance(record, dict):
                     raise ValueError(f"expected a JSON object, got {type(record).__name__}")
                 question, gold = read_row(record)
                 row = PromptRow(prompt_id=len(rows), question=question, ground_truth=gold, data_source=format)
                 if not row.ground_truth.strip():
                     raise ValueError("the gold answer is empty")
-            except ValueError as e:  # json.JSONDecodeError is a ValueError
+            except ValueError as e:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
                 if not skip_bad_rows:
                     raise DataError(f"{path}:{line_number}: {e}") from None
                 rows.num_bad_rows += 1

@@ -21,30 +21,71 @@ _DTYPES = {
 _NAMES = {v: k for k, v in _DTYPES.items()}
 
 
+class SafetensorsError(ValueError):
+    """A damaged or malformed .safetensors file; the message names the file and, where one is at
+    fault, the tensor."""
+
+
 def read_header(path: str) -> tuple[int, dict]:
+    """(offset of the data section, the parsed header). Raises SafetensorsError naming `path`."""
     with open(path, "rb") as f:
-        (length,) = struct.unpack("<Q", f.read(8))
-        if length > 100 * 2**20:
-            raise ValueError(f"{path}: implausible safetensors header length {length}")
-        header = json.loads(f.read(length))
+        prefix = f.read(8)
+        if len(prefix) < 8:
+            raise SafetensorsError(f"{path}: {len(prefix)} bytes, too short for a safetensors file")
+        (length,) = struct.unpack("<Q", prefix)
+        if length > 100 * 2**20 or 8 + length > os.path.getsize(path):
+            raise SafetensorsError(f"{path}: implausible safetensors header length {length}")
+        try:
+            header = json.loads(f.read(length))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise SafetensorsError(f"{path}: the header is not valid JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise SafetensorsError(f"{path}: the header is a JSON {type(header).__name__}, not an object")
     return 8 + length, header
 
 
+def _checked_entries(path: str, header: dict, data_size: int) -> list[tuple[str, np.dtype, list[int], int, int]]:
+    """(name, dtype, shape, begin, end) of every tensor, after checking that each one's offsets lie
+    inside the data section, span exactly dtype size x shape, and overlap no other tensor's."""
+    entries = []
+    for name, info in header.items():
+        try:
+            dtype_name, shape, (begin, end) = info["dtype"], info["shape"], info["data_offsets"]
+        except (TypeError, KeyError, ValueError):
+            raise SafetensorsError(f"{path}: tensor {name}: the header entry needs dtype, shape and "
+                                   "data_offsets [begin, end]") from None
+        if dtype_name not in _DTYPES:
+            raise SafetensorsError(f"{path}: tensor {name} has unsupported dtype {dtype_name}")
+        if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)
+                and all(isinstance(o, int) for o in (begin, end))):
+            raise SafetensorsError(f"{path}: tensor {name}: shape and data_offsets must be non-negative integers")
+        if not 0 <= begin <= end <= data_size:
+            raise SafetensorsError(f"{path}: tensor {name}: data_offsets [{begin}, {end}] lie outside the "
+                                   f"{data_size}-byte data section (truncated file?)")
+        expected = _DTYPES[dtype_name].itemsize * int(np.prod(shape, dtype=np.int64))
+        if end - begin != expected:
+            raise SafetensorsError(f"{path}: tensor {name}: data_offsets span {end - begin} bytes, but "
+                                   f"{dtype_name} {shape} needs {expected}")
+        entries.append((name, _DTYPES[dtype_name], shape, begin, end))
+    ordered = sorted(entries, key=lambda e: (e[3], e[4]))
+    for before, after in zip(ordered, ordered[1:]):
+        if after[3] < before[4]:
+            raise SafetensorsError(f"{path}: tensors {before[0]} [{before[3]}, {before[4]}] and {after[0]} "
+                                   f"[{after[3]}, {after[4]}] overlap")
+    return entries
+
+
 def open_tensors(path: str) -> dict[str, np.ndarray]:
-    """All tensors of one file as read-only memory-mapped arrays (nothing is read yet)."""
+    """All tensors of one file as read-only memory-mapped arrays (nothing is read yet). Every
+    header entry is checked first, so a damaged file is named rather than loaded wrongly."""
     data_start, header = read_header(path)
     header.pop("__metadata__", None)
     if not header:
         return {}
+    entries = _checked_entries(path, header, os.path.getsize(path) - data_start)
     mapped = np.memmap(path, dtype=np.uint8, mode="r")
-    tensors = {}
-    for name, info in header.items():
-        if info["dtype"] not in _DTYPES:
-            raise ValueError(f"{path}: tensor {name} has unsupported dtype {info['dtype']}")
-        begin, end = info["data_offsets"]
-        raw = mapped[data_start + begin:data_start + end]
-        tensors[name] = raw.view(_DTYPES[info["dtype"]]).reshape(info["shape"])
-    return tensors
+    return {name: mapped[data_start + begin:data_start + end].view(dtype).reshape(shape)
+            for name, dtype, shape, begin, end in entries}
 
 
 def write_file(path: str, tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> None:

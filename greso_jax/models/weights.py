@@ -24,6 +24,11 @@ from greso_jax.models.qwen2 import Qwen2, abstract_model
 from greso_jax.parallel.sharding import named_sharding
 from greso_jax.parallel import multihost
 
+class ModelFolderError(ValueError):
+    """A Hugging Face folder that cannot be loaded as the model it describes; the message names the
+    folder or file and, where one is at fault, the tensor."""
+
+
 _LAYER_NAMES = {
     ("attn", "q_kernel"): ("self_attn.q_proj.weight", True),
     ("attn", "k_kernel"): ("self_attn.k_proj.weight", True),
@@ -59,8 +64,11 @@ def hf_name(path: tuple) -> tuple[str, bool]:
 def _tensor_files(path: str) -> list[str]:
     index = os.path.join(path, "model.safetensors.index.json")
     if os.path.exists(index):
-        with open(index) as f:
-            files = sorted(set(json.load(f)["weight_map"].values()))
+        try:
+            with open(index) as f:
+                files = sorted(set(json.load(f)["weight_map"].values()))
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ModelFolderError(f"{index}: not a safetensors index with a weight_map ({e})") from None
         return [os.path.join(path, name) for name in files]
     single = os.path.join(path, "model.safetensors")
     if os.path.exists(single):
@@ -74,8 +82,13 @@ def read_model_config(path: str, **overrides) -> ModelConfig:
     config_path = os.path.join(path, "config.json")
     if not os.path.exists(config_path):
         raise FileNotFoundError(f"{path}: no config.json")
-    with open(config_path) as f:
-        return ModelConfig.from_hf_config(json.load(f), **overrides)
+    try:
+        with open(config_path) as f:
+            return ModelConfig.from_hf_config(json.load(f), **overrides)
+    except KeyError as e:
+        raise ModelFolderError(f"{config_path}: missing field {e}") from None
+    except (ValueError, TypeError, AttributeError) as e:  # bad JSON, wrong types, unsupported model
+        raise ModelFolderError(f"{config_path}: {e}") from None
 
 
 def param_shardings(model: nnx.Module, mesh: Mesh) -> nnx.State:
@@ -114,10 +127,10 @@ def from_pretrained(path: str, dtype: str = "float32", mesh: Mesh | None = None,
         unexpected.discard("lm_head.weight")  # some tied checkpoints still store it
     unexpected = sorted(n for n in unexpected if not n.endswith("rotary_emb.inv_freq"))
     if missing:
-        raise ValueError(f"{path}: missing tensors: {', '.join(missing[:10])}"
+        raise ModelFolderError(f"{path}: missing tensors: {', '.join(missing[:10])}"
                          + (f" (+{len(missing) - 10} more)" if len(missing) > 10 else ""))
     if unexpected:
-        raise ValueError(f"{path}: unexpected tensors: {', '.join(unexpected[:10])}"
+        raise ModelFolderError(f"{path}: unexpected tensors: {', '.join(unexpected[:10])}"
                          + (f" (+{len(unexpected) - 10} more)" if len(unexpected) > 10 else ""))
     target = jnp.dtype(cfg.param_dtype)
 
@@ -128,7 +141,7 @@ def from_pretrained(path: str, dtype: str = "float32", mesh: Mesh | None = None,
         source = tensors[name]
         source_shape = source.shape[::-1] if transposed else source.shape
         if tuple(source_shape) != tuple(var.value.shape):
-            raise ValueError(f"{path}: tensor {name} has shape {tuple(source.shape)}, expected "
+            raise ModelFolderError(f"{path}: tensor {name} has shape {tuple(source.shape)}, expected "
                              f"{tuple(var.value.shape[::-1] if transposed else var.value.shape)}")
 
         def read(index):

@@ -9,6 +9,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from greso_jax.specs import ConfigError
+
 MESH_AXES = ("data", "fsdp", "tensor")
 
 # Every logical axis a parameter or activation may name, and the mesh axis it is split
@@ -27,17 +29,19 @@ LOGICAL_AXIS_RULES: dict[str, str | tuple[str, ...] | None] = {
 
 
 def resolve_axis_sizes(num_devices: int, data: int = -1, fsdp: int = 1, tensor: int = 1) -> tuple[int, int, int]:
-    """Fills the one -1 axis so the product equals num_devices; checks the product otherwise."""
+    """Fills the one -1 axis so the product equals num_devices; checks the product otherwise (a
+    ConfigError naming the mesh.* fields: a mesh that does not fit the devices is a config mistake)."""
     sizes = [data, fsdp, tensor]
     if sizes.count(-1) > 1:
-        raise ValueError("mesh: at most one axis may be -1")
+        raise ConfigError("mesh: at most one of mesh.data, mesh.fsdp, mesh.tensor may be -1")
     known = math.prod(s for s in sizes if s != -1)
     if -1 in sizes:
         if num_devices % known:
-            raise ValueError(f"mesh: {num_devices} devices are not divisible by the fixed axes' product {known}")
+            raise ConfigError(f"mesh: {num_devices} devices are not divisible by the fixed axes' product {known}")
         sizes[sizes.index(-1)] = num_devices // known
     if math.prod(sizes) != num_devices:
-        raise ValueError(f"mesh: data*fsdp*tensor = {math.prod(sizes)} but there are {num_devices} devices")
+        raise ConfigError(f"mesh: mesh.data*mesh.fsdp*mesh.tensor = {math.prod(sizes)} but there are "
+                          f"{num_devices} devices")
     return tuple(sizes)
 
 

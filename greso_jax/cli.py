@@ -1,0 +1,117 @@
+"""What the train and evaluate CLIs share: user errors as one line and exit status 2 (a traceback only with --verbose)."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import re
+import sys
+import traceback
+
+from absl import app, flags
+from absl import logging as absl_logging
+
+_VERBOSE = flags.DEFINE_bool("verbose", False, "Print the traceback of an error, not just its one-line message.")
+
+USAGE_ERROR = 2
+_DISK_ERRNOS = {errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+
+def one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from greso_jax.checkpoint import CheckpointError
+    from greso_jax.data.sources import DataError
+    from greso_jax.models.safetensors_io import SafetensorsError
+    from greso_jax.models.weights import ModelFolderError
+    from greso_jax.specs import ConfigError  # run_dir.RunDirError is one
+
+    return (ConfigError, CheckpointError, DataError, ModelFolderError, SafetensorsError, FileNotFoundError,
+            IsADirectoryError, NotADirectoryError, PermissionError)
+
+
+def _is_user_error(error: BaseException, extra: tuple[type[BaseException], ...]) -> bool:
+    if isinstance(error, (*_user_errors(), *extra)):
+        return True
+    return isinstance(error, OSError) and error.errno in _DISK_ERRNOS  # a full disk: its message names the file
+
+
+def _fail(message: str, verbose: bool) -> None:
+    if verbose:
+        traceback.print_exc()
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(USAGE_ERROR)
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    """The error and its causes, outermost first."""
+    chain = [error]
+    while chain[-1].__cause__ is not None or (chain[-1].__context__ is not None and not chain[-1].__suppress_context__):
+        chain.append(chain[-1].__cause__ or chain[-1].__context__)
+    return chain
+
+
+def _flag_error(error: Exception, argv: list[str]) -> str:
+    """One line for a failed --config / --config.<field> flag: the file that could not be loaded, or the
+    override naming a field the config lacks (with ml_collections' "did you mean")."""
+    chain = _chain(error)
+    root, texts = chain[-1], " ".join(one_line(e) for e in chain)
+    if isinstance(root, (KeyError, AttributeError)):
+        key = one_line(root).strip("'\"")
+        hint = re.search(r'Did you mean "(\w+)" instead of', texts)
+        for arg in argv:
+            name = arg.split("=", 1)[0]
+            if name.startswith("--config.") and key in name.split("."):
+                field = name[len("--config."):]
+                section = field.rsplit(".", 1)[0] + "." if "." in field else ""
+                return f"{name}: no such config field {field}" + (f"; did you mean {section}{hint.group(1)}?"
+                                                                  if hint else "")
+    if isinstance(root, SyntaxError):
+        return f"--config: {root.filename}:{root.lineno}: {root.msg}"
+    # ml_collections reports a config file it could not find as "Attempted [<how>]: <path> <reason>"
+    loading = re.search(r"Attempted \[[^\]]*\]:\s*(\S+)\s+(.*)$", one_line(root))
+    if loading:
+        return f"--config: cannot load {loading.group(1)}: {loading.group(2)}"
+    if isinstance(error, flags.Error):  # a bad value: absl's message names the flag
+        return one_line(error)
+    return f"--config: {type(root).__name__}: {one_line(root)}"
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl's flag parsing, with every failure (a bad value, a config file that cannot be loaded, an
+    unknown config field) reported in one line with exit status 2."""
+    try:
+        remaining = flags.FLAGS(argv)
+        config = flags.FLAGS["config"].value if "config" in flags.FLAGS else None
+        if config is not None:
+            config.keys()  # ml_collections defers a config file's load failure to the first access
+        return remaining
+    except Exception as e:  # noqa: BLE001 -- the experiment file is user code: anything may fail in it
+        _fail(_flag_error(e, argv), "--verbose" in argv)
+
+
+class _WithoutTracebacks(logging.Filter):
+    """Keeps a log record's message but drops its traceback: background threads (orbax's writers,
+    asyncio) log the failure the main thread then reports in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.exc_info, record.exc_text, record.stack_info = None, None, None
+        return True
+
+
+def run(main, *, user_errors: tuple[type[BaseException], ...] = ()) -> None:
+    """app.run(main) where a user error (a bad config, data, checkpoint or model folder, a workdir in
+    use, a full disk; plus `user_errors`) prints one line and exits with status 2."""
+    def guarded(argv):
+        if not _VERBOSE.value:
+            absl_logging.get_absl_handler().addFilter(_WithoutTracebacks())
+        try:
+            main(argv)
+        except Exception as e:  # noqa: BLE001 -- re-raised unless it is a user error
+            if not _is_user_error(e, user_errors):
+                raise
+            _fail(one_line(e), _VERBOSE.value)
+
+    app.run(guarded, flags_parser=parse_flags)

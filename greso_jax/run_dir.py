@@ -1,0 +1,237 @@
+"""A run directory with one writer: the workdir lock, the resume-compatibility check, each launch's config.
+
+`open_run_dir` is called before a run writes anything: it takes the lock, picks the newest
+intact checkpoint, and refuses a resume whose config changes what the run means. Only fields
+in MAY_CHANGE may differ from the checkpoint's config; anything else (new fields included)
+refuses unless named in checkpoint.allow_changes, so a field added later is safe by default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import difflib
+import fcntl
+import json
+import os
+import socket
+from typing import Any
+
+from greso_jax.checkpoint import checkpoint_dir, choose_restore_step, read_step_meta
+from greso_jax.specs import ConfigError
+
+LOCK_FILE = "run.lock"
+CONFIGS_FOLDER = "configs"
+LAUNCHES = "launches.jsonl"
+
+# Fields a resume may change: they change cadence, layout or evaluation, not what is trained.
+# An entry ending in "." allows its whole section.
+MAY_CHANGE = ("train.num_steps", "train.quiet", "train.host_check_every_steps", "train.max_bad_steps",
+              "eval.", "checkpoint.", "mesh.", "logging.", "model.remat", "data.grading_workers",
+              "data.data_dir",  # where a named data set is found; which set it is stays data.dataset
+              "sampling.max_rows_per_call", "sampling.prompt_length_buckets", "sampling.row_buckets")
+
+
+class RunDirError(ConfigError):
+    """The workdir cannot be used as asked (held by another run, incompatible resume, ...); one line."""
+
+
+def _process_start_ticks(pid: int) -> int | None:
+    """The kernel's start time of `pid` (clock ticks since boot), which tells a reused PID apart."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _holder_alive(holder: dict) -> bool:
+    """Whether the process named in a lock file still runs (only knowable on its own host)."""
+    if holder.get("host") != socket.gethostname() or not isinstance(holder.get("pid"), int):
+        return False
+    ticks = _process_start_ticks(holder["pid"])
+    return ticks is not None and ticks == holder.get("start_ticks")
+
+
+def _describe(holder: dict) -> str:
+    return f"host {holder.get('host')}, pid {holder.get('pid')}, started {holder.get('started')}"
+
+
+class WorkdirLock:
+    """An exclusive flock on `workdir/run.lock`, which names its holder. The kernel drops the flock
+    when the holder dies, so a lock left by a killed run is taken over (with a warning)."""
+
+    def __init__(self, workdir: str, *, log=print):
+        self.path = os.path.join(workdir, LOCK_FILE)
+        self._file = open(self.path, "a+")
+        try:
+            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = self._read()
+            self._file.close()
+            raise RunDirError(f"{workdir} is in use by another run ({_describe(holder)}); "
+                              f"wait for it to finish or use another --workdir") from None
+        previous = self._read()
+        # Filesystems that ignore flock (some network mounts) still show a live holder here.
+        if previous and _holder_alive(previous) and previous.get("pid") != os.getpid():
+            self._file.close()
+            raise RunDirError(f"{workdir} is in use by another run ({_describe(previous)}); "
+                              f"wait for it to finish or use another --workdir")
+        if previous:
+            log(f"warning: taking over the lock of a run that did not finish ({_describe(previous)})")
+        me = {"host": socket.gethostname(), "pid": os.getpid(), "start_ticks": _process_start_ticks(os.getpid()),
+              "started": datetime.datetime.now().isoformat(timespec="seconds")}
+        self._file.seek(0)
+        self._file.truncate()
+        self._file.write(json.dumps(me))
+        self._file.flush()
+
+    def _read(self) -> dict:
+        self._file.seek(0)
+        try:
+            return json.loads(self._file.read() or "{}")
+        except ValueError:
+            return {"host": "?", "pid": "?", "started": "? (unreadable lock file)"}
+
+    def release(self) -> None:
+        """Empties the lock file (a clean exit leaves no holder behind) and drops the flock."""
+        if self._file.closed:
+            return
+        self._file.seek(0)
+        self._file.truncate()
+        self._file.close()
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out |= _flatten(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _resolved(strategy):
+    from greso_jax import selection
+
+    try:
+        return selection.resolve_strategy(strategy)
+    except (KeyError, ValueError):  # a strategy no longer registered: compare its name as written
+        return strategy
+
+
+def _meaningful(flat: dict[str, Any], active: str) -> dict[str, Any]:
+    """Names the strategy by its registered name (not an alias) and drops the sections of strategies
+    other than `active`, the one the resumed run uses: their settings change nothing it does."""
+    from greso_jax import selection
+
+    flat = dict(flat, **{"selection.strategy": _resolved(flat.get("selection.strategy"))})
+    sections = {f"selection.{name}." for name in selection.STRATEGIES if name != active}
+    return {k: v for k, v in flat.items() if not any(k.startswith(s) for s in sections)}
+
+
+def _may_change(field: str) -> bool:
+    return any(field == m or (m.endswith(".") and field.startswith(m)) for m in MAY_CHANGE)
+
+
+def config_changes(saved: dict, config) -> dict[str, tuple[Any, Any]]:
+    """{field: (saved value, new value)} for every field that differs. A field the saved config
+    lacks (added to the code later) counts as changed only when it differs from its default."""
+    from greso_jax.configs import get_config
+
+    active = _resolved(config.selection.strategy)
+    current = _meaningful(_flatten(json.loads(config.to_json_best_effort())), active)
+    old = _meaningful(_flatten(saved), active)
+    defaults = _flatten(json.loads(get_config().to_json_best_effort()))
+    changes = {}
+    for field, value in current.items():
+        before = old.get(field, defaults.get(field))
+        if before != value:
+            changes[field] = (before, value)
+    return changes
+
+
+def _allowed(config, known: set[str]) -> set[str]:
+    names = {n.strip() for n in config.checkpoint.allow_changes.split(",") if n.strip()}
+    for name in sorted(names - known):
+        close = difflib.get_close_matches(name, sorted(known), n=1)
+        raise RunDirError(f"checkpoint.allow_changes: {name!r} is not a config field"
+                          + (f"; did you mean {close[0]!r}?" if close else ""))
+    return names
+
+
+def check_resume(saved: dict, config, step: int) -> dict[str, tuple[Any, Any]]:
+    """Raises RunDirError listing the fields that differ from the checkpoint's config and may not
+    change; returns every change (allowed ones included) for the launch record."""
+    changes = config_changes(saved, config)
+    allowed = _allowed(config, set(_flatten(json.loads(config.to_json_best_effort()))))
+    refused = sorted(f for f in changes if not _may_change(f) and f not in allowed)
+    if refused:
+        listed = ", ".join(f"{f} ({changes[f][0]!r} -> {changes[f][1]!r})" for f in refused)
+        raise RunDirError(f"resuming step {step} with a different {listed}: these change what the run means; "
+                          f"use a new --workdir, or --config.checkpoint.allow_changes={','.join(refused)}")
+    return changes
+
+
+@dataclasses.dataclass
+class RunDir:
+    """An opened workdir: the step to resume from (0: a fresh run) and the lock this process holds."""
+
+    workdir: str
+    start_step: int
+    changes: dict[str, tuple[Any, Any]]
+    lock: WorkdirLock | None
+
+    def record_launch(self, config) -> str:
+        """Writes config.json (the latest launch's config), configs/<start step>.json (never
+        overwritten: a second launch from the same step gets <step>-<n>.json) and one line in
+        configs/launches.jsonl with the changed fields. Returns the per-launch file."""
+        text = config.to_json_best_effort(indent=2)
+        folder = os.path.join(self.workdir, CONFIGS_FOLDER)
+        os.makedirs(folder, exist_ok=True)
+        path, n = os.path.join(folder, f"{self.start_step}.json"), 1
+        while os.path.exists(path) and open(path).read() != text:
+            path, n = os.path.join(folder, f"{self.start_step}-{n}.json"), n + 1
+        with open(path, "w") as f:
+            f.write(text)
+        with open(os.path.join(self.workdir, "config.json"), "w") as f:
+            f.write(text)
+        record = {"step": self.start_step, "time": datetime.datetime.now().isoformat(timespec="seconds"),
+                  "host": socket.gethostname(), "pid": os.getpid(), "config": os.path.relpath(path, self.workdir),
+                  "changed": {k: list(v) for k, v in self.changes.items()}}
+        with open(os.path.join(folder, LAUNCHES), "a") as f:
+            f.write(json.dumps(record, default=str) + "\n")
+        return path
+
+    def close(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+
+
+def open_run_dir(workdir: str, config, *, is_main: bool = True, log=print) -> RunDir:
+    """Locks `workdir` (process 0 only), picks the newest intact checkpoint and checks that `config`
+    may resume it. Writes nothing but the lock file (and moves damaged steps aside); raises
+    RunDirError (a ConfigError) or checkpoint.CheckpointError with a one-line message."""
+    os.makedirs(workdir, exist_ok=True)
+    lock = WorkdirLock(workdir, log=log) if is_main else None
+    try:
+        _allowed(config, set(_flatten(json.loads(config.to_json_best_effort()))))  # a typo fails fresh runs too
+        step = choose_restore_step(checkpoint_dir(workdir), log=log, move_damaged=is_main) or 0
+        changes = {}
+        if step:
+            saved = read_step_meta(checkpoint_dir(workdir), step).get("config")
+            if saved is None:
+                raise RunDirError(f"{checkpoint_dir(workdir)}/{step}: records no config to check a resume against")
+            changes = check_resume(saved, config, step)
+            for field, (old, new) in changes.items():
+                log(f"resume: {field} changes from {old!r} to {new!r}")
+            if step > config.train.num_steps:
+                raise RunDirError(f"train.num_steps: {config.train.num_steps} is below step {step}, where the run in "
+                                  f"{workdir} stands; nothing to do (raise it to continue, or evaluate a step with "
+                                  f"python -m greso_jax.evaluate --checkpoint {workdir}/checkpoints/<step>)")
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    return RunDir(workdir=workdir, start_step=step, changes=changes, lock=lock)
