@@ -14,7 +14,8 @@ import pytest
 
 from greso_jax import configs
 from greso_jax.data import catalog, fetch
-from greso_jax.data.sources import DataError, load_benchmark, load_source
+from greso_jax.data.sources import DataError, load_benchmark
+from greso_jax.from_config import rows_from_config
 
 ALL_FILES = [(name, f) for name, d in catalog.DATASETS.items() for f in d.files]
 
@@ -119,7 +120,7 @@ def test_a_named_training_set_resolves_through_data_dir_or_GRESO_DATA(shared_dat
     c.data.source, c.data.dataset = "parquet", "dapo_math17k"
     monkeypatch.setenv("GRESO_DATA", shared_data)
     configs.validate(c)
-    rows = load_source(c.data)
+    rows, _ = rows_from_config(c)
     assert len(rows) == 17917 and rows.path == os.path.join(shared_data, "dapo_math17k_cleaned", "train.parquet")
     assert len(load_benchmark("gaokao2023en", "")) == 385  # eval.data_dir "" reads the same folder
 
