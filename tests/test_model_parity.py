@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+import jax
 import jax.numpy as jnp
 from conftest import make_hf_checkpoint
 from greso_jax.models import from_pretrained, save_pretrained
@@ -12,6 +13,14 @@ CONFIGS = [
     dict(tied=False, heads=4, kv_heads=4, rope_theta=1000000.0),
     dict(tied=False, heads=8, kv_heads=2, hidden=64, rope_theta=500.0),
 ]
+
+
+@pytest.fixture(autouse=True)
+def full_precision_matmuls():
+    """The 1e-4 logit parity needs float32 matmuls: XLA:GPU's default runs them in TF32 (torch's
+    reference here runs on the CPU in float32); XLA:CPU is unchanged by this."""
+    with jax.default_matmul_precision("highest"):
+        yield
 
 
 def _right_padded_batch(rng, vocab, lengths, width):

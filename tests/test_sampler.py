@@ -16,6 +16,14 @@ VOCAB = 97
 PROMPT_LENGTHS = [3, 17, 9, 1, 12, 5, 20, 7, 14]
 
 
+@pytest.fixture(autouse=True)
+def full_precision_matmuls():
+    """The 1e-4 log-prob and token-for-token comparisons need float32 matmuls. XLA:CPU computes them
+    so anyway; XLA:GPU's default lets float32 matmuls run in TF32 (an H200 measured 1.6e-4 here)."""
+    with jax.default_matmul_precision("highest"):
+        yield
+
+
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     path = tmp_path_factory.mktemp("qwen2")
@@ -217,6 +225,69 @@ def test_generate_in_chunks_is_the_chunk_calls_concatenated():
     whole = generate_in_chunks(model, prompts, num_samples=2, max_rows_per_call=0, rng=rng, **kwargs)
     one_call = generate(model, prompts, num_samples=2, rng=jax.random.fold_in(rng, 0), **kwargs)
     np.testing.assert_array_equal(whole.tokens, one_call.tokens)
+
+
+def test_per_prompt_budgets_stop_rows_and_keep_the_rest_identical(checkpoint, prompts):
+    _, model = checkpoint
+    kwargs = dict(num_samples=2, rng=jax.random.key(21), temperature=0.7, eos_ids=(SAMPLED_EOS,))
+    whole = generate(model, prompts, max_new_tokens=32, **kwargs)
+    budgets = [32, 1, 5, 32, 12, 3, 32, 8, 20]
+    count = compile_count()
+    out = generate(model, prompts, max_new_tokens=budgets, max_new_tokens_cap=32, **kwargs)
+    assert compile_count() == count, "a cap equal to the int path's max_new_tokens reuses its program"
+    assert out.tokens.shape == whole.tokens.shape
+    row_budgets = np.repeat(budgets, 2)
+    assert (out.lengths <= row_budgets).all()
+    for row, budget in enumerate(row_budgets):
+        n = out.lengths[row]
+        # A budget only cuts a row short: up to its end, the row is the int path's row.
+        assert n == min(whole.lengths[row], budget)
+        np.testing.assert_array_equal(out.tokens[row, :n], whole.tokens[row, :n])
+        np.testing.assert_array_equal(out.logprobs[row, :n], whole.logprobs[row, :n])
+        assert (out.tokens[row, n:] == 0).all() and (out.logprobs[row, n:] == 0).all()
+        assert out.truncated[row] == (SAMPLED_EOS not in out.tokens[row, :n])
+        if budget == 32:
+            for field in ("tokens", "logprobs", "lengths", "truncated"):
+                np.testing.assert_array_equal(getattr(out, field)[row], getattr(whole, field)[row])
+    cut = (row_budgets < whole.lengths)
+    assert cut.any() and out.truncated[cut].all(), "a row stopped by its budget before its EOS is truncated"
+    # New budgets under the same cap: same program.
+    generate(model, prompts, max_new_tokens=[7] * len(prompts), max_new_tokens_cap=32, **kwargs)
+    assert compile_count() == count
+
+
+def test_generate_in_chunks_splits_the_budgets():
+    model = init_model(PRESETS["tiny-test"])
+    prompts = [[1, 2], [3], [4, 5, 6], [7, 8], [9]]
+    budgets = [2, 6, 1, 4, 3]
+    kwargs = dict(temperature=1.0, prompt_buckets=(8,), row_buckets=(8,))
+    rng = jax.random.key(4)
+    chunked = generate_in_chunks(model, prompts, num_samples=2, max_rows_per_call=5, rng=rng,
+                                 max_new_tokens=budgets, **kwargs)
+    assert chunked.tokens.shape == (10, 6)  # the cap defaults to the largest budget over all calls
+    parts = [generate(model, prompts[i:i + 2], num_samples=2, rng=jax.random.fold_in(rng, i // 2),
+                      max_new_tokens=budgets[i:i + 2], max_new_tokens_cap=6, **kwargs) for i in (0, 2, 4)]
+    for field in ("tokens", "logprobs", "lengths", "truncated"):
+        np.testing.assert_array_equal(getattr(chunked, field), np.concatenate([getattr(p, field) for p in parts]))
+    np.testing.assert_array_equal(chunked.lengths, np.repeat(budgets, 2))  # no EOS: every row spends its budget
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(max_new_tokens=[4, 0]), r"max_new_tokens: budgets must be >= 1"),
+    (dict(max_new_tokens=[4, 4, 4]), r"max_new_tokens: expected an int or 2 integer budgets"),
+    (dict(max_new_tokens=[4.0, 2.0]), r"max_new_tokens: expected an int or 2 integer budgets"),
+    (dict(max_new_tokens=[4, 9], max_new_tokens_cap=8), r"max_new_tokens: budget 9 \(prompt 1\) exceeds "
+                                                        r"max_new_tokens_cap 8"),
+    (dict(max_new_tokens=[4, 2], max_new_tokens_cap=0), "max_new_tokens_cap"),
+])
+def test_bad_budgets_name_the_argument(bad, message):
+    model = init_model(PRESETS["tiny-test"])
+    kwargs = dict(prompts=[[1, 2], [3]], num_samples=2, rng=jax.random.key(0), prompt_buckets=(32,))
+    kwargs.update(bad)
+    with pytest.raises(ValueError, match=message):
+        generate(model, **kwargs)
+    with pytest.raises(ValueError, match=message):
+        generate_in_chunks(model, max_rows_per_call=2, **kwargs)
 
 
 @pytest.mark.parametrize("bad, message", [

@@ -2,11 +2,19 @@
 
 Same shape for all three ("bench-30m": 8 layers, hidden 512, MLP 1536, 8 heads, 2 KV heads,
 vocab 4096, tied), N prompts x G samples x prompt length x new tokens at temperature 1 without
-EOS, in one run. Also prints prefill time with and without prefix sharing, the KV-cache bytes and
-the fraction of the machine's matmul peak (measured in the same run) that the decode reaches.
+EOS, in one run. Also prints prefill time with and without prefix sharing, the KV-cache bytes,
+the fraction of the machine's matmul peak that the decode reaches and its roofline fraction
+(time bound max(FLOPs / matmul peak, bytes read / copy bandwidth) per decode step, both peaks
+measured in the same run, over the measured decode time).
 
     python experiments/bench/sampler.py                       # CPU defaults: 16 x 8 x 64 x 128
     python experiments/bench/sampler.py --tunix_python=""     # without Tunix
+    python experiments/bench/sampler.py --long_tail           # + per-prompt budgets, useful tokens/s
+
+--long_tail draws one token budget per prompt from a log-normal with median 30% of --new_tokens,
+clipped at --new_tokens so that 10% of prompts get the full length (stratified quantiles, shuffled
+with a fixed seed), the shape of response lengths under EOS; it reports useful tokens/s (sum of
+response lengths / time) next to the no-EOS tokens/s at the same shape.
 
 Tunix runs in a subprocess with its own interpreter (a separate venv with requirements-peers.txt),
 so the project's pinned stack is untouched; `--tunix_worker` is that subprocess's entry point.
@@ -34,15 +42,52 @@ def _best_time(fn, repeats: int) -> float:
     return min(times)
 
 
-def matmul_peak_flops(size: int = 2048, repeats: int = 5) -> float:
-    """FLOP/s of a jitted float32 [size, size] @ [size, size] on the default device."""
+def matmul_peak_flops(size: int = 2048, dtype: str = "float32", repeats: int = 5) -> float:
+    """FLOP/s of a jitted [size, size] @ [size, size] in `dtype` on the default device."""
     import jax
     import jax.numpy as jnp
 
-    a = jax.random.normal(jax.random.key(0), (size, size), jnp.float32)
+    a = jax.random.normal(jax.random.key(0), (size, size), jnp.dtype(dtype))
     mm = jax.jit(lambda x: x @ x)
     mm(a).block_until_ready()
     return 2 * size ** 3 / _best_time(lambda: mm(a).block_until_ready(), repeats)
+
+
+def copy_bandwidth(mib: int, repeats: int = 5) -> float:
+    """Bytes/s (read + written) of a jitted elementwise pass over a `mib` MiB float32 array."""
+    import jax
+    import jax.numpy as jnp
+
+    a = jnp.ones((mib * 2**18,), jnp.float32)
+    double = jax.jit(lambda x: x * 2)
+    double(a).block_until_ready()
+    return 2 * a.nbytes / _best_time(lambda: double(a).block_until_ready(), repeats)
+
+
+def long_tail_budgets(num_prompts: int, max_tokens: int, seed: int = 0):
+    """One budget per prompt: log-normal with median 0.3 * max_tokens, sigma set so that P(>= max) =
+    10%, clipped to [1, max_tokens]; stratified quantiles so that a few prompts already show the shape."""
+    import numpy as np
+    from scipy import stats
+
+    sigma = np.log(1 / 0.3) / stats.norm.ppf(0.9)
+    quantiles = (np.arange(num_prompts) + 0.5) / num_prompts
+    budgets = np.exp(np.log(0.3 * max_tokens) + sigma * stats.norm.ppf(quantiles))
+    budgets = np.clip(np.round(budgets), 1, max_tokens).astype(np.int32)
+    return np.random.default_rng(seed).permutation(budgets)
+
+
+def decode_bytes_per_step(cfg, param_bytes: int, prompts: int, group: int, prompt_len: int, slot: float) -> float:
+    """Bytes one decode step must read: every weight once, the prompt cache once per prompt (shared
+    by its G rows) and each row's response cache up to `slot`."""
+    return param_bytes + kv_bytes_per_token(cfg) * (prompts * prompt_len + prompts * group * slot)
+
+
+def kv_bytes_per_token(cfg) -> int:
+    """K and V of one token over all layers, in the compute dtype."""
+    import jax.numpy as jnp
+
+    return 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * jnp.dtype(cfg.dtype).itemsize
 
 
 def decode_flops_per_token(cfg, context: float) -> float:
@@ -60,13 +105,22 @@ def bench_greso(args, prompts, cfg_name):
     from greso_jax.models import PRESETS, init_model, save_pretrained
     from greso_jax.sampling import compile_count, generate, prefill
 
-    model = init_model(PRESETS[cfg_name], seed=0)
+    model = init_model(PRESETS[cfg_name].replace(dtype=args.dtype, param_dtype=args.dtype), seed=0)
     kwargs = dict(num_samples=args.group, max_new_tokens=args.new_tokens, temperature=1.0)
     start = time.perf_counter()
     out = generate(model, prompts, rng=jax.random.key(0), **kwargs)
     compile_s = time.perf_counter() - start
     seconds = _best_time(lambda: generate(model, prompts, rng=jax.random.key(1), **kwargs), args.repeats)
     assert (out.lengths == args.new_tokens).all() and compile_count() >= 1
+    long_tail = None
+    if args.long_tail:
+        budgets = long_tail_budgets(len(prompts), args.new_tokens)
+        tail_kwargs = dict(kwargs, max_new_tokens=budgets, max_new_tokens_cap=args.new_tokens)
+        compiled_before = compile_count()
+        tail = generate(model, prompts, rng=jax.random.key(2), **tail_kwargs)
+        assert compile_count() == compiled_before, "the budgets must reuse the no-EOS program"
+        tail_s = _best_time(lambda: generate(model, prompts, rng=jax.random.key(3), **tail_kwargs), args.repeats)
+        long_tail = dict(seconds=tail_s, useful_tokens=int(tail.lengths.sum()), budgets=budgets)
 
     graphdef, state = nnx.split(model)
     prefill_jit = jax.jit(lambda s, ids, lengths: prefill(nnx.merge(graphdef, s), ids, lengths))
@@ -81,8 +135,10 @@ def bench_greso(args, prompts, cfg_name):
     per_row = prefill_time(jax.numpy.repeat(ids, args.group, 0), jax.numpy.repeat(lengths, args.group))
     folder = os.path.join(args.workdir, "bench-weights")
     save_pretrained(model, folder)
+    param_bytes = sum(x.nbytes for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
     return dict(seconds=seconds, compile_s=compile_s, prefill_shared_s=shared, prefill_per_row_s=per_row,
-                kv_cache_bytes=out.kv_cache_bytes, weights=folder, cfg=model.cfg)
+                kv_cache_bytes=out.kv_cache_bytes, weights=folder, cfg=model.cfg, param_bytes=param_bytes,
+                long_tail=long_tail)
 
 
 def bench_transformers(args, prompts, folder, threads):
@@ -90,8 +146,10 @@ def bench_transformers(args, prompts, folder, threads):
     from transformers import Qwen2ForCausalLM
 
     torch.set_num_threads(threads)
-    model = Qwen2ForCausalLM.from_pretrained(folder, attn_implementation="sdpa").eval()
-    ids = torch.tensor(prompts, dtype=torch.long).repeat_interleave(args.group, dim=0)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = Qwen2ForCausalLM.from_pretrained(folder, attn_implementation="sdpa",
+                                             dtype=getattr(torch, args.dtype)).eval().to(device)
+    ids = torch.tensor(prompts, dtype=torch.long, device=device).repeat_interleave(args.group, dim=0)
 
     def run(new_tokens):
         with torch.no_grad():
@@ -99,6 +157,8 @@ def bench_transformers(args, prompts, folder, threads):
                                  top_k=0, top_p=1.0, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
                                  pad_token_id=0)
         assert out.shape == (ids.shape[0], ids.shape[1] + new_tokens)
+        if device == "cuda":
+            torch.cuda.synchronize()
 
     run(2)  # warm-up
     return _best_time(lambda: run(args.new_tokens), args.repeats)
@@ -174,6 +234,10 @@ def main():
     parser.add_argument("--new_tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--dtype", default="float32", help="compute and parameter dtype of both models")
+    parser.add_argument("--peak_size", type=int, default=2048, help="matmul side for the measured peak")
+    parser.add_argument("--bandwidth_mib", type=int, default=256, help="array size for the measured bandwidth")
+    parser.add_argument("--long_tail", action="store_true", help="also time long-tailed per-prompt budgets")
     parser.add_argument("--tunix_python", default="/tmp/venv-peers/bin/python")
     parser.add_argument("--skip_transformers", action="store_true")
     parser.add_argument("--workdir", default=tempfile.mkdtemp(prefix="bench-sampler-"))
@@ -192,7 +256,8 @@ def main():
     vocab = PRESETS[args.preset].vocab_size
     prompts = np.random.default_rng(0).integers(1, vocab - 1, (args.prompts, args.prompt_len)).tolist()
     tokens = args.prompts * args.group * args.new_tokens
-    peak = matmul_peak_flops()
+    peak = matmul_peak_flops(args.peak_size, args.dtype)
+    bandwidth = copy_bandwidth(args.bandwidth_mib)
     ours = bench_greso(args, prompts, args.preset)
     cfg = ours["cfg"]
     results = {"greso_jax": ours["seconds"]}
@@ -209,8 +274,13 @@ def main():
     decode_s = ours["seconds"] - ours["prefill_shared_s"]
     mean_context = args.prompt_len + (args.new_tokens - 1) / 2
     decode_flops = args.prompts * args.group * (args.new_tokens - 1) * decode_flops_per_token(cfg, mean_context)
+    rows = args.prompts * args.group
+    decode_bound_s = sum(max(rows * decode_flops_per_token(cfg, args.prompt_len + slot) / peak,
+                             decode_bytes_per_step(cfg, ours["param_bytes"], args.prompts, args.group,
+                                                   args.prompt_len, slot) / bandwidth)
+                         for slot in range(args.new_tokens - 1))
     print(f"shape: {args.preset}, {args.prompts} prompts x G={args.group} x {args.prompt_len}-token prompts x "
-          f"{args.new_tokens} new tokens, temperature 1, no EOS, float32, {args.threads} threads")
+          f"{args.new_tokens} new tokens, temperature 1, no EOS, {args.dtype}, {args.threads} threads")
     print(f"{'sampler':<14}{'seconds':>10}{'tokens/s':>12}{'greso_jax speed-up':>20}")
     for name, seconds in results.items():
         print(f"{name:<14}{seconds:>10.2f}{tokens / seconds:>12.0f}{seconds / ours['seconds']:>19.2f}x")
@@ -218,12 +288,24 @@ def main():
     print(f"prefill with prefix sharing ({args.prompts} rows): {ours['prefill_shared_s'] * 1e3:.1f} ms; "
           f"without ({args.prompts * args.group} rows): {ours['prefill_per_row_s'] * 1e3:.1f} ms "
           f"({ours['prefill_per_row_s'] / ours['prefill_shared_s']:.1f}x)")
-    per_row_cache = (2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4 * args.prompts * args.group
-                     * (args.prompt_len + args.new_tokens))
+    per_row_cache = kv_bytes_per_token(cfg) * args.prompts * args.group * (args.prompt_len + args.new_tokens)
     print(f"KV cache: {ours['kv_cache_bytes'] / 2**20:.1f} MiB (a per-row cache of prompt + response would be "
           f"{per_row_cache / 2**20:.1f} MiB)")
-    print(f"matmul peak (2048^3 f32, same run): {peak / 1e9:.1f} GFLOP/s; decode: "
+    print(f"matmul peak ({args.peak_size}^3 {args.dtype}, same run): {peak / 1e9:.1f} GFLOP/s; decode: "
           f"{decode_flops / decode_s / 1e9:.1f} GFLOP/s = {decode_flops / decode_s / peak:.0%} of peak")
+    print(f"copy bandwidth ({args.bandwidth_mib} MiB f32, same run): {bandwidth / 1e9:.1f} GB/s; decode roofline "
+          f"bound {decode_bound_s:.3f} s vs measured {decode_s:.3f} s = {decode_bound_s / decode_s:.0%} of roofline")
+    tail = ours["long_tail"]
+    if tail is not None:
+        budgets = tail["budgets"]
+        print(f"long tail: budgets median {np.median(budgets):.0f}, mean {budgets.mean():.1f}, "
+              f"{(budgets == args.new_tokens).mean():.0%} at {args.new_tokens}; "
+              f"{tail['useful_tokens']} useful of {tokens} slots")
+        print(f"{'greso_jax':<14}{'seconds':>10}{'tokens/s':>12}")
+        print(f"{'no EOS':<14}{ours['seconds']:>10.2f}{tokens / ours['seconds']:>12.0f}")
+        useful = tail["useful_tokens"] / tail["seconds"]
+        print(f"{'long tail':<14}{tail['seconds']:>10.2f}{useful:>12.0f}  useful tokens/s = "
+              f"{useful / (tokens / ours['seconds']):.2f}x the no-EOS rate")
     for note in notes:
         print(note)
 

@@ -44,11 +44,11 @@ class SampleOutput:
     """Host (numpy) results of `generate` (or `generate_in_chunks`), N*G rows (padding rows of the
     bucket dropped).
 
-    tokens     int32 [N*G, max_new_tokens], pad_id after the end
-    logprobs   float32 [N*G, max_new_tokens], log softmax(logits / T)[token] (T = 0: log softmax(logits)),
+    tokens     int32 [N*G, cap], pad_id after the end (cap: the program's length dimension, see `generate`)
+    logprobs   float32 [N*G, cap], log softmax(logits / T)[token] (T = 0: log softmax(logits)),
                untruncated by top-k / top-p; 0 after the end
-    lengths    int32 [N*G], response length counting the EOS token when one was produced
-    truncated  bool [N*G], True when no EOS came within max_new_tokens
+    lengths    int32 [N*G], response length counting the EOS token when one was produced (<= the row's budget)
+    truncated  bool [N*G], True when no EOS came within the row's token budget
     kv_cache_bytes   bytes of the KV cache the program allocated (prompt + response caches, bucket size)
     prompt_rows, rows, prompt_length   the bucketed shapes the program ran at
                (`generate_in_chunks`: the largest over its calls)
@@ -75,7 +75,7 @@ class _Plan:
     prompt_rows: int  # prompts after padding (Np)
     prompt_length: int  # Tp
     group: int
-    max_new_tokens: int
+    max_new_tokens: int  # the cap: length dimension of the outputs; per-row budgets are traced
 
     @property
     def rows(self) -> int:
@@ -107,7 +107,29 @@ def _check_buckets(buckets, name: str) -> tuple[int, ...]:
     return tuple(int(b) for b in buckets)
 
 
-def _validate(model, prompts, num_samples, max_new_tokens, temperature, top_p, top_k, eos_ids, pad_id):
+def _token_budgets(max_new_tokens, num_prompts: int, cap: int | None) -> tuple[np.ndarray, int]:
+    """`max_new_tokens` (an int, or one budget per prompt) and an optional cap -> (budgets int32 [N], cap).
+    The cap defaults to the largest budget; pass it explicitly so that calls with different budgets
+    share one compiled program."""
+    budgets = np.asarray(max_new_tokens)
+    if budgets.ndim == 0:
+        budgets = np.full(num_prompts, budgets)
+    if budgets.shape != (num_prompts,) or not np.issubdtype(budgets.dtype, np.integer):
+        raise ValueError(f"max_new_tokens: expected an int or {num_prompts} integer budgets (one per prompt), "
+                         f"got shape {budgets.shape} dtype {budgets.dtype}")
+    if budgets.min() < 1:
+        raise ValueError(f"max_new_tokens: budgets must be >= 1, got {int(budgets.min())} "
+                         f"(prompt {int(budgets.argmin())})")
+    cap = int(budgets.max()) if cap is None else cap
+    if not isinstance(cap, (int, np.integer)) or cap < 1:
+        raise ValueError(f"max_new_tokens_cap: must be a positive int, got {cap!r}")
+    if budgets.max() > cap:
+        raise ValueError(f"max_new_tokens: budget {int(budgets.max())} (prompt {int(budgets.argmax())}) exceeds "
+                         f"max_new_tokens_cap {cap}")
+    return budgets.astype(np.int32), int(cap)
+
+
+def _validate(model, prompts, num_samples, temperature, top_p, top_k, eos_ids, pad_id):
     vocab = model.cfg.vocab_size
     if not isinstance(prompts, (list, tuple)) or not prompts:
         raise ValueError("prompts: expected a non-empty list of token-id lists")
@@ -121,8 +143,6 @@ def _validate(model, prompts, num_samples, max_new_tokens, temperature, top_p, t
             raise ValueError(f"prompts[{i}]: token id out of range [0, {vocab}) (min {arr.min()}, max {arr.max()})")
     if num_samples < 1:
         raise ValueError(f"num_samples: must be >= 1, got {num_samples}")
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens: must be >= 1, got {max_new_tokens}")
     if not (math.isfinite(temperature) and temperature >= 0):
         raise ValueError(f"temperature: must be finite and >= 0, got {temperature}")
     if not 0 < top_p <= 1:
@@ -149,9 +169,10 @@ def _placement(model, mesh):
     return shardings, lambda ndim: single, single, None
 
 
-def _program(params, prompt_ids, prompt_lengths, key, temperature, top_p, eos_ids, *, graphdef, rest,
+def _program(params, prompt_ids, prompt_lengths, budgets, key, temperature, top_p, eos_ids, *, graphdef, rest,
              plan: _Plan, mode: SamplingMode, pad_id: int, mesh):
-    """The whole sampling call: prefill on [Np, Tp], then decode all Np*G rows until done."""
+    """The whole sampling call: prefill on [Np, Tp], then decode all Np*G rows until each has met
+    EOS or its prompt's budget (budgets int32 [Np], traced: a new budget does not recompile)."""
     model = nnx.merge(graphdef, params, rest)
     if mesh is None:
         constrain = lambda x: x  # noqa: E731
@@ -160,6 +181,7 @@ def _program(params, prompt_ids, prompt_lengths, key, temperature, top_p, eos_id
     group, steps = plan.group, plan.max_new_tokens
     rows = plan.rows
     row_ids = jnp.arange(rows, dtype=jnp.int32)
+    row_budgets = jnp.repeat(budgets, group)
 
     def is_eos(tokens):
         return jnp.any(tokens[:, None] == eos_ids[None, :], axis=-1)
@@ -170,14 +192,17 @@ def _program(params, prompt_ids, prompt_lengths, key, temperature, top_p, eos_id
     tokens = jnp.full((rows, steps), pad_id, jnp.int32).at[:, 0].set(first)
     logprobs = jnp.zeros((rows, steps), jnp.float32).at[:, 0].set(first_lp)
     response_cache = empty_response_cache(model, plan.prompt_rows, group, plan.response_slots, constrain)
-    init = (jnp.int32(1), first, is_eos(first), jnp.ones((rows,), jnp.int32), tokens, logprobs, response_cache)
+    # `ended`: the row produced EOS; `done`: it produced EOS or spent its budget (then it only emits padding).
+    ended = is_eos(first)
+    init = (jnp.int32(1), first, ended, ended | (row_budgets <= 1), jnp.ones((rows,), jnp.int32), tokens, logprobs,
+            response_cache)
 
     def keep_going(state):
-        step, _, done = state[:3]
+        step, _, _, done = state[:4]
         return (step < steps) & ~jnp.all(done)
 
     def one_token(state):
-        step, current, done, lengths, tokens, logprobs, cache = state
+        step, current, ended, done, lengths, tokens, logprobs, cache = state
         logits, cache = decode_step(model, current, prompt_cache, cache, prompt_lengths, step - 1, constrain)
         chosen, chosen_lp = choose_tokens(logits, row_keys(key, step, row_ids), mode, temperature, top_p)
         chosen = jnp.where(done, pad_id, chosen)
@@ -185,10 +210,11 @@ def _program(params, prompt_ids, prompt_lengths, key, temperature, top_p, eos_id
         tokens = jax.lax.dynamic_update_slice(tokens, chosen[:, None], (0, step))
         logprobs = jax.lax.dynamic_update_slice(logprobs, chosen_lp[:, None], (0, step))
         lengths = lengths + (~done).astype(jnp.int32)
-        return step + 1, chosen, done | is_eos(chosen), lengths, tokens, logprobs, cache
+        ended = ended | (~done & is_eos(chosen))
+        return step + 1, chosen, ended, ended | (lengths >= row_budgets), lengths, tokens, logprobs, cache
 
-    _, _, done, lengths, tokens, logprobs, _ = jax.lax.while_loop(keep_going, one_token, init)
-    return tokens, logprobs, lengths, ~done
+    _, _, ended, _, lengths, tokens, logprobs, _ = jax.lax.while_loop(keep_going, one_token, init)
+    return tokens, logprobs, lengths, ~ended
 
 
 def kv_cache_bytes(cfg, plan: _Plan) -> int:
@@ -197,10 +223,11 @@ def kv_cache_bytes(cfg, plan: _Plan) -> int:
     return per_token * (plan.prompt_rows * plan.prompt_length + plan.rows * plan.response_slots)
 
 
-def _prepare(model, prompts, *, num_samples, max_new_tokens, rng, temperature, top_p, top_k, eos_ids, pad_id,
-             prompt_buckets, row_buckets, mesh):
+def _prepare(model, prompts, *, num_samples, max_new_tokens, max_new_tokens_cap, rng, temperature, top_p, top_k,
+             eos_ids, pad_id, prompt_buckets, row_buckets, mesh):
     """Validates, buckets and places everything; returns (program key, jitted program, args, plan)."""
-    _validate(model, prompts, num_samples, max_new_tokens, temperature, top_p, top_k, eos_ids, pad_id)
+    _validate(model, prompts, num_samples, temperature, top_p, top_k, eos_ids, pad_id)
+    budgets, cap = _token_budgets(max_new_tokens, len(prompts), max_new_tokens_cap)
     prompt_buckets = _check_buckets(DEFAULT_PROMPT_BUCKETS if prompt_buckets is None else prompt_buckets,
                                     "prompt_buckets")
     row_buckets = _check_buckets(DEFAULT_ROW_BUCKETS if row_buckets is None else row_buckets, "row_buckets")
@@ -212,12 +239,14 @@ def _prepare(model, prompts, *, num_samples, max_new_tokens, rng, temperature, t
     prompt_rows = -(-max(-(-row_bucket // num_samples), len(prompts)) // data_parallel) * data_parallel
     plan = _Plan(prompt_rows=prompt_rows,
                  prompt_length=bucket_at_least(int(lengths.max()), prompt_buckets, "prompt length"),
-                 group=num_samples, max_new_tokens=max_new_tokens)
+                 group=num_samples, max_new_tokens=cap)
     ids = np.full((plan.prompt_rows, plan.prompt_length), pad_id, np.int32)
     for i, p in enumerate(prompts):
         ids[i, :len(p)] = p
     padded_lengths = np.ones(plan.prompt_rows, np.int32)  # padding prompts: one pad token
     padded_lengths[:len(prompts)] = lengths
+    padded_budgets = np.ones(plan.prompt_rows, np.int32)  # padding rows stop after one token
+    padded_budgets[:len(prompts)] = budgets
 
     if not jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key):
         rng = jax.random.wrap_key_data(rng)
@@ -226,30 +255,34 @@ def _prepare(model, prompts, *, num_samples, max_new_tokens, rng, temperature, t
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     params = multihost.put_tree(params, shardings)
     args = (params, multihost.put(ids, batch(2)), multihost.put(padded_lengths, batch(1)),
-            multihost.put(rng, replicated), multihost.put(np.float32(temperature), replicated),
+            multihost.put(padded_budgets, batch(1)), multihost.put(rng, replicated), multihost.put(np.float32(temperature), replicated),
             multihost.put(np.float32(top_p), replicated), multihost.put(eos, replicated))
     param_sig = tuple((a.shape, a.dtype, a.sharding) for a in jax.tree.leaves(params))
-    key = (graphdef, jax.tree.structure(params), param_sig, plan, mode, len(eos), pad_id, str(rng.dtype), mesh)
+    # The matmul precision in force is traced into the program, so it is part of what was compiled.
+    key = (graphdef, jax.tree.structure(params), param_sig, plan, mode, len(eos), pad_id, str(rng.dtype), mesh,
+           jax.config.jax_default_matmul_precision)
     fn = jax.jit(
         functools.partial(_program, graphdef=graphdef, rest=rest, plan=plan, mode=mode, pad_id=pad_id, mesh=mesh),
-        in_shardings=(shardings, batch(2), batch(1), replicated, replicated, replicated, replicated),
+        in_shardings=(shardings, batch(2), batch(1), batch(1), replicated, replicated, replicated, replicated),
         out_shardings=(batch(2), batch(2), batch(1), batch(1)))
     return key, fn, args, plan
 
 
-def lower_generate(model, prompts, *, num_samples: int, max_new_tokens: int, rng: jax.Array,
-                   temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, eos_ids: Sequence[int] = (),
-                   pad_id: int = 0, prompt_buckets=None, row_buckets=None, mesh=None) -> jax.stages.Lowered:
+def lower_generate(model, prompts, *, num_samples: int, max_new_tokens, rng: jax.Array,
+                   max_new_tokens_cap: int | None = None, temperature: float = 1.0, top_p: float = 1.0,
+                   top_k: int = 0, eos_ids: Sequence[int] = (), pad_id: int = 0, prompt_buckets=None,
+                   row_buckets=None, mesh=None) -> jax.stages.Lowered:
     """The lowered (not compiled) program `generate` would run for these arguments: for
     inspecting its shapes, HLO and cost analysis."""
-    _, fn, args, _ = _prepare(model, prompts, num_samples=num_samples, max_new_tokens=max_new_tokens, rng=rng,
+    _, fn, args, _ = _prepare(model, prompts, num_samples=num_samples, max_new_tokens=max_new_tokens,
+                              max_new_tokens_cap=max_new_tokens_cap, rng=rng,
                               temperature=temperature, top_p=top_p, top_k=top_k, eos_ids=eos_ids, pad_id=pad_id,
                               prompt_buckets=prompt_buckets, row_buckets=row_buckets, mesh=mesh)
     return fn.lower(*args)
 
 
-def generate(model, prompts: list[list[int]], *, num_samples: int, max_new_tokens: int, rng: jax.Array,
-             temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, eos_ids: Sequence[int] = (),
+def generate(model, prompts: list[list[int]], *, num_samples: int, max_new_tokens: int | Sequence[int],
+             rng: jax.Array, max_new_tokens_cap: int | None = None, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, eos_ids: Sequence[int] = (),
              pad_id: int = 0, prompt_buckets: Sequence[int] | None = None,
              row_buckets: Sequence[int] | None = None, mesh=None) -> SampleOutput:
     """Samples `num_samples` responses for each prompt; see `SampleOutput` for the fields.
@@ -257,10 +290,15 @@ def generate(model, prompts: list[list[int]], *, num_samples: int, max_new_token
     temperature 0 is greedy; top_k 0 and top_p 1 are off. Same `rng` -> identical output. The
     prompt batch is padded to a prompt-length bucket and the rows to a row bucket (defaults:
     DEFAULT_PROMPT_BUCKETS / DEFAULT_ROW_BUCKETS), so a run compiles one
-    program per (bucket, group size, max_new_tokens, sampling mode). With a mesh (or a model
+    program per (bucket, group size, cap, sampling mode). With a mesh (or a model
     whose parameters live on one), rows split over the ("data", "fsdp") axes.
+
+    max_new_tokens: an int, or one token budget per prompt (its G rows stop after that many
+    tokens). The outputs' length dimension is `max_new_tokens_cap` (default: the largest budget);
+    budgets are runtime values, so a fixed cap compiles once whatever the budgets.
     """
     key, fn, args, plan = _prepare(model, prompts, num_samples=num_samples, max_new_tokens=max_new_tokens,
+                                   max_new_tokens_cap=max_new_tokens_cap,
                                    rng=rng, temperature=temperature, top_p=top_p, top_k=top_k, eos_ids=eos_ids,
                                    pad_id=pad_id, prompt_buckets=prompt_buckets, row_buckets=row_buckets,
                                    mesh=mesh)
@@ -276,18 +314,23 @@ def generate(model, prompts: list[list[int]], *, num_samples: int, max_new_token
 
 
 def generate_in_chunks(model, prompts: list[list[int]], *, num_samples: int, max_rows_per_call: int,
-                       rng: jax.Array, **generate_kwargs) -> SampleOutput:
+                       max_new_tokens: int | Sequence[int], rng: jax.Array, max_new_tokens_cap: int | None = None,
+                       **generate_kwargs) -> SampleOutput:
     """`generate` over consecutive slices of `prompts`, at most `max_rows_per_call` response rows
     per call (0: one call), so that the KV cache of a large pass fits in device memory. Call i
-    uses the key fold_in(rng, i). Returns one SampleOutput over all prompts, rows in prompt order.
+    uses the key fold_in(rng, i). Per-prompt budgets (`max_new_tokens` as a sequence) are split
+    with the prompts, and every call shares one cap (default: the largest budget over all calls),
+    so the outputs concatenate. Returns one SampleOutput over all prompts, rows in prompt order.
     """
     if not prompts or num_samples < 1 or max_rows_per_call < 0:
         raise ValueError(f"generate_in_chunks: needs prompts ({len(prompts)}), num_samples >= 1 ({num_samples}) "
                          f"and max_rows_per_call >= 0 ({max_rows_per_call})")
+    budgets, cap = _token_budgets(max_new_tokens, len(prompts), max_new_tokens_cap)
     per_call = len(prompts)
     if max_rows_per_call:
         per_call = max(1, max_rows_per_call // num_samples)
     parts = [generate(model, prompts[start:start + per_call], num_samples=num_samples,
+                      max_new_tokens=budgets[start:start + per_call], max_new_tokens_cap=cap,
                       rng=jax.random.fold_in(rng, i), **generate_kwargs)
              for i, start in enumerate(range(0, len(prompts), per_call))]
     return SampleOutput(tokens=np.concatenate([p.tokens for p in parts]),

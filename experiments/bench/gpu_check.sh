@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# One-command GPU check (issue #16) for a lent H200: sampler vs transformers with the roofline
+# fraction at Qwen2.5-0.5B and 1.5B shapes, long-tail useful tokens/s, GRPO update MFU, and the GPU
+# test subset. Each part runs under its own timeout; total <= 8 minutes. Logs and summary.txt go
+# to $OUT (the device tool's folder that comes back; a temporary folder elsewhere).
+#
+# Budgets (timeout per part, seconds): wheels 30, sampler qwen2.5-0.5b 100, sampler
+# qwen2.5-math-1.5b 130, train_step 70, pytest 140 (sum 470, plus a few seconds to list the devices).
+#
+# The H200 image has jax, flax, optax, orbax, torch, transformers, pytest, scipy; the rest of
+# requirements.txt travels as wheels in the ignored folder .whl/. Build it once, in the repo root
+# (versions pinned as in requirements.txt; array-record and portpicker are grain's, antlr4 is
+# latex2sympy2_extended's):
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+#     --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d .whl \
+#     grain==0.2.18 array-record==0.8.6 portpicker==1.6.0 ml-collections==1.1.0 math-verify==0.9.0 \
+#     latex2sympy2_extended==1.11.0 antlr4-python3-runtime==4.13.2 tensorboardX==2.6.5
+# (about 5 MB), then run with the device tool: command `bash experiments/bench/gpu_check.sh`,
+# carry [".whl"], timeout_s 560.
+#
+# GPU_CHECK_TINY=1 runs the same parts at tiny shapes, without installing the wheels (a smoke test
+# of this script on a CPU whose Python already has the packages; PYTHON names that interpreter).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$(mktemp -d)}
+PY=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1
+# JAX and torch (transformers) share the GPU inside one benchmark process: no preallocation.
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
+
+TINY=${GPU_CHECK_TINY:-0}
+if [ -d .whl ] && [ "$TINY" != 1 ]; then
+  timeout 30 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || { echo "wheel install failed" | tee "$OUT/summary.txt"; exit 1; }
+  export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+
+if [ "$TINY" = 1 ]; then
+  SAMPLER_SHAPE=(--prompts 4 --group 2 --prompt_len 16 --new_tokens 16 --peak_size 256 --bandwidth_mib 16)
+  SAMPLER_PRESETS=(bench-30m tiny)
+  TRAIN_ARGS=(--presets tiny --rows 2 --length 64 --repeats 1 --peak_size 256)
+  TESTS=(tests/test_sampler.py -k "budgets or bad_arguments")
+else
+  # 512 rows, as in the issue's measurement; bf16 as a GPU run would sample.
+  SAMPLER_SHAPE=(--prompts 64 --group 8 --prompt_len 128 --new_tokens 512 --dtype bfloat16
+                 --peak_size 8192 --bandwidth_mib 2048)
+  SAMPLER_PRESETS=(qwen2.5-0.5b qwen2.5-math-1.5b)
+  TRAIN_ARGS=(--presets qwen2.5-0.5b --rows 8 --length 1024 --repeats 3 --peak_size 8192)
+  TESTS=(tests/test_sampler.py tests/test_model_parity.py)
+fi
+SAMPLER_LIMITS=(100 130)
+
+summary() { echo "$*" | tee -a "$OUT/summary.txt"; }
+part() {  # part NAME LIMIT_S COMMAND...: runs it under a timeout, logs to $OUT/NAME.log
+  local name=$1 limit=$2 start rc
+  shift 2
+  start=$(date +%s)
+  timeout "$limit" "$@" 2>&1 | tee "$OUT/$name.log"
+  rc=${PIPESTATUS[0]}
+  summary "$name: exit $rc$([ "$rc" = 124 ] && echo ' (timed out)') in $(( $(date +%s) - start )) s (limit $limit s)"
+}
+
+"$PY" -c "import jax; print('devices:', jax.devices())" 2>&1 | tee "$OUT/summary.txt"
+for i in 0 1; do
+  part "sampler-${SAMPLER_PRESETS[$i]}" "${SAMPLER_LIMITS[$i]}" "$PY" experiments/bench/sampler.py \
+    --preset "${SAMPLER_PRESETS[$i]}" "${SAMPLER_SHAPE[@]}" --repeats 1 --tunix_python "" --long_tail
+done
+part train_step 70 "$PY" experiments/bench/train_step.py "${TRAIN_ARGS[@]}"
+part pytest 140 "$PY" -m pytest -q -p no:cacheprovider "${TESTS[@]}"
