@@ -9,13 +9,13 @@ Variants (comma-separated, e.g. `experiments/arith_tiny.py:ds,quick`):
 """
 
 from greso_jax import configs
-from greso_jax.selection import ALIASES, resolve_strategy, training_strategies
+from greso_jax.selection import resolve_strategy, training_strategy_names
 
 
 def get_config(variant: str = "greso"):
     c = configs.get_config()
     options = [v.strip() for v in (variant or "greso").split(",") if v.strip()]
-    strategies = (*training_strategies(), *ALIASES)
+    strategies = training_strategy_names()
     unknown = [v for v in options if v not in strategies and v != "quick"]
     if unknown:
         raise ValueError(f"arith_tiny: unknown variant(s) {unknown}; known: {', '.join(strategies)}, quick")

@@ -18,7 +18,7 @@ folder in that layout (docs/data.md). Only the model folder comes from a flag:
 """
 
 from greso_jax import configs
-from greso_jax.selection import ALIASES, resolve_strategy, training_strategies
+from greso_jax.selection import resolve_strategy, training_strategy_names
 
 PAPER_BENCHMARKS = ("math500", "aime24", "amc23", "minerva_math", "olympiadbench", "gaokao2023en")
 
@@ -26,9 +26,9 @@ PAPER_BENCHMARKS = ("math500", "aime24", "amc23", "minerva_math", "olympiadbench
 def paper_config(variant: str, *, preset: str, train_batch_size: int, rollout_batch_size: int,
                  max_prompt_length: int, max_response_length: int, micro_batch_size: int):
     """The paper's config for one model; `variant` names the selection strategy: any registered training
-    strategy (greso_jax.selection.training_strategies()) or an alias such as "ds"."""
+    strategy or an alias such as "ds" (greso_jax.selection.training_strategy_names())."""
     variant = (variant or "greso").strip()
-    known = (*training_strategies(), *ALIASES)
+    known = training_strategy_names()
     if variant not in known:
         raise ValueError(f"unknown variant {variant!r}; known: {', '.join(known)}")
     c = configs.get_config()

@@ -13,7 +13,8 @@ from greso_jax.selection.groups import Group, PassRequest, PulledPrompts, Scored
 from greso_jax.selection.oracle import OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_MIXED, OracleSelector
 from greso_jax.selection.pass_sizing import next_pass_size
 from greso_jax.selection.registry import (ALIASES, STRATEGIES, default_settings, make_selector, register_strategy,
-                                          resolve_strategy, settings_of, training_strategies)
+                                          resolve_strategy, settings_of, training_strategies,
+                                          training_strategy_names)
 from greso_jax.selection.vanilla import VanillaSelector
 
 __all__ = [
@@ -22,4 +23,5 @@ __all__ = [
     "PassConfig", "PassRequest", "PulledPrompts", "STRATEGIES", "ScoredPass", "Selector", "StepResult",
     "StrategySettings", "VanillaSelector", "default_settings", "make_selector", "next_pass_size",
     "register_strategy", "resolve_strategy", "run_selection_step", "settings_of", "training_strategies",
+    "training_strategy_names",
 ]

@@ -35,6 +35,11 @@ def training_strategies() -> tuple[str, ...]:
     return tuple(name for name, cls in STRATEGIES.items() if not cls.simulation_only)
 
 
+def training_strategy_names() -> tuple[str, ...]:
+    """What an experiment variant may name: the training strategies and their aliases."""
+    return (*training_strategies(), *(alias for alias, name in ALIASES.items() if name in training_strategies()))
+
+
 def default_settings(name: str) -> dict[str, Any]:
     """The defaults of strategy `name`'s own config section ({} for a strategy without one)."""
     settings = STRATEGIES.get(name).Settings
