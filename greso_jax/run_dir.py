@@ -17,7 +17,9 @@ import os
 import socket
 from typing import Any
 
+from greso_jax import selection
 from greso_jax.checkpoint import checkpoint_dir, choose_restore_step, read_step_meta
+from greso_jax.configs import get_config
 from greso_jax.specs import ConfigError
 
 LOCK_FILE = "run.lock"
@@ -113,8 +115,6 @@ def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
 
 
 def _resolved(strategy):
-    from greso_jax import selection
-
     try:
         return selection.resolve_strategy(strategy)
     except (KeyError, ValueError):  # a strategy no longer registered: compare its name as written
@@ -124,8 +124,6 @@ def _resolved(strategy):
 def _meaningful(flat: dict[str, Any], active: str) -> dict[str, Any]:
     """Names the strategy by its registered name (not an alias) and drops the sections of strategies
     other than `active`, the one the resumed run uses: their settings change nothing it does."""
-    from greso_jax import selection
-
     flat = dict(flat, **{"selection.strategy": _resolved(flat.get("selection.strategy"))})
     sections = {f"selection.{name}." for name in selection.STRATEGIES if name != active}
     return {k: v for k, v in flat.items() if not any(k.startswith(s) for s in sections)}
@@ -138,8 +136,6 @@ def _may_change(field: str) -> bool:
 def config_changes(saved: dict, config) -> dict[str, tuple[Any, Any]]:
     """{field: (saved value, new value)} for every field that differs. A field the saved config
     lacks (added to the code later) counts as changed only when it differs from its default."""
-    from greso_jax.configs import get_config
-
     active = _resolved(config.selection.strategy)
     current = _meaningful(_flatten(json.loads(config.to_json_best_effort())), active)
     old = _meaningful(_flatten(saved), active)
