@@ -20,6 +20,7 @@ from greso_jax.data import catalog
 from greso_jax.data.prompts import TEMPLATES as PROMPT_TEMPLATES
 from greso_jax.data.sources import SOURCES
 from greso_jax.rewards.math import SHAPINGS as REWARD_SHAPINGS
+from greso_jax.models.presets import PRESETS
 from greso_jax.rl.advantages import ADVANTAGE_ESTIMATORS
 from greso_jax.rl.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS
 from greso_jax.rl.optim import LR_SCHEDULES
@@ -284,7 +285,6 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     if config.model.tokenizer == "hf" and not config.model.path:
         raise ConfigError("model.tokenizer: 'hf' needs model.path (a folder with tokenizer.json)")
     if not config.model.path:
-        from greso_jax.models.presets import PRESETS  # local import: configs must stay light
         if config.model.preset not in PRESETS:
             raise ConfigError(f"model.preset: {config.model.preset!r} is not one of {', '.join(PRESETS)}")
     return config
