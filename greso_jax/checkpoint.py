@@ -13,7 +13,6 @@ reported and skipped instead of being restored (or crashing orbax) on every rest
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -24,6 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
+
+from greso_jax.files import sha256_of
 from flax import nnx
 
 TRAIN_STATE, SELECTOR, META = "train_state", "selector", "meta"
@@ -64,14 +65,6 @@ def latest_step(checkpoint_dir: str) -> int | None:
     return steps[-1] if steps else None
 
 
-def _file_digest(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _step_files(step_dir: str) -> list[str]:
     """Every file of a step folder (relative paths, sorted) except the manifest itself."""
     files = []
@@ -83,7 +76,7 @@ def _step_files(step_dir: str) -> list[str]:
 def write_manifest(step_dir: str) -> None:
     """Records the size and SHA-256 of every file of a finished step in `step_dir/manifest.json`
     (written to a temporary name and renamed: a manifest is complete or absent)."""
-    files = {f: {"size": os.path.getsize(os.path.join(step_dir, f)), "sha256": _file_digest(os.path.join(step_dir, f))}
+    files = {f: {"size": os.path.getsize(os.path.join(step_dir, f)), "sha256": sha256_of(os.path.join(step_dir, f))}
              for f in _step_files(step_dir)}
     tmp = os.path.join(step_dir, MANIFEST + ".tmp")
     with open(tmp, "w") as f:
@@ -107,7 +100,7 @@ def step_damage(step_dir: str) -> str | None:
         size = os.path.getsize(path)
         if size != expected["size"]:
             return f"{name}/{rel}: {size} bytes, the manifest says {expected['size']} (truncated or partial)"
-        if _file_digest(path) != expected["sha256"]:
+        if sha256_of(path) != expected["sha256"]:
             return f"{name}/{rel}: content differs from the manifest (SHA-256 mismatch)"
     return None
 

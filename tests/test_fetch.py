@@ -15,6 +15,7 @@ import pytest
 from greso_jax import configs
 from greso_jax.data import catalog, fetch
 from greso_jax.data.sources import DataError, load_benchmark
+from greso_jax.files import sha256_of
 from greso_jax.from_config import rows_from_config
 
 ALL_FILES = [(name, f) for name, d in catalog.DATASETS.items() for f in d.files]
@@ -23,7 +24,7 @@ ALL_FILES = [(name, f) for name, d in catalog.DATASETS.items() for f in d.files]
 @pytest.mark.parametrize("name,file", ALL_FILES, ids=[f.relpath for _, f in ALL_FILES])
 def test_recorded_hashes_and_sizes_match_the_shared_copy(shared_data, name, file):
     path = os.path.join(shared_data, file.relpath)
-    assert catalog.sha256_of(path) == file.sha256
+    assert sha256_of(path) == file.sha256
     if file.relpath.endswith(".jsonl"):
         with open(path, encoding="utf-8") as f:
             assert sum(1 for line in f if line.strip()) == file.rows

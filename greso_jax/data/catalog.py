@@ -10,7 +10,6 @@ user's cache (`$XDG_CACHE_HOME/greso_jax/data`, default `~/.cache/greso_jax/data
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 
 _QWEN_MATH = "QwenLM/Qwen2.5-Math"
@@ -153,9 +152,3 @@ def training_file(name: str, data_dir: str = "") -> str:
     return locate(name, DATASETS[name].train_file, data_dir)
 
 
-def sha256_of(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
