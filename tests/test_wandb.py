@@ -6,6 +6,7 @@ import json
 import math
 import os
 import sys
+import time
 
 import pytest
 
@@ -27,6 +28,8 @@ _HEADER = 7  # b":W&B", a 2-byte magic number and a version byte before the firs
 
 def _records(path):
     data = open(path, "rb").read()
+    if len(data) < _HEADER:  # not written yet
+        return []
     assert data[:4] == b":W&B"
     pos, pending, records = _HEADER, b"", []
     while pos + 7 <= len(data):
@@ -34,6 +37,8 @@ def _records(path):
             pos += _BLOCK - pos % _BLOCK
             continue
         length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
+        if pos + 7 + length > len(data):  # a chunk still being written
+            break
         pending += data[pos + 7:pos + 7 + length]
         pos += 7 + length
         if kind in (1, 4):  # FULL or LAST: a whole record
@@ -42,10 +47,21 @@ def _records(path):
     return records
 
 
+def _finished_records(path, timeout_s=60.0):
+    """The records of a run's log once its `exit` record is there: wandb's service process writes
+    the log on its own schedule, and on a loaded machine `finish()` can return before it has."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        records = _records(path)
+        if any(r.HasField("exit") for r in records) or time.monotonic() > deadline:
+            return records
+        time.sleep(0.2)
+
+
 def _offline_run(wandb_dir, run_id, index=-1):
     """(run record, config dict, history lines) of an offline run with this id (the index-th one)."""
     path = sorted(glob.glob(os.path.join(wandb_dir, "wandb", f"offline-run-*-{run_id}", f"run-{run_id}.wandb")))[index]
-    records = _records(path)
+    records = _finished_records(path)
     run = next(r.run for r in records if r.HasField("run"))
     updates = [run.config] + [r.config for r in records if r.HasField("config")]  # the run record carries the first
     config = {item.key: json.loads(item.value_json) for update in updates for item in update.update}
