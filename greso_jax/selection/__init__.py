@@ -5,12 +5,13 @@ Importing this package registers every built-in strategy in `STRATEGIES`, in thi
 
 from greso_jax.selection import vanilla, dynamic_sampling, greso, aero, oracle  # noqa: F401  (registers)
 from greso_jax.selection.aero import AeroSelector, AeroSettings
-from greso_jax.selection.base import MaxPassesReached, PassConfig, Selector, StrategySettings
+from greso_jax.selection.base import (OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_MIXED, OUTCOME_NONE,
+                                      MaxPassesReached, PassConfig, Selector, StrategySettings)
 from greso_jax.selection.driver import StepResult, run_selection_step
 from greso_jax.selection.dynamic_sampling import DynamicSamplingSelector
 from greso_jax.selection.greso import GresoSelector, GresoSettings
 from greso_jax.selection.groups import Group, PassRequest, PulledPrompts, ScoredPass
-from greso_jax.selection.oracle import OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_MIXED, OracleSelector
+from greso_jax.selection.oracle import OracleSelector
 from greso_jax.selection.pass_sizing import next_pass_size
 from greso_jax.selection.registry import (ALIASES, STRATEGIES, default_settings, make_selector, register_strategy,
                                           resolve_strategy, settings_of, training_strategies,
@@ -19,7 +20,7 @@ from greso_jax.selection.vanilla import VanillaSelector
 
 __all__ = [
     "ALIASES", "AeroSelector", "AeroSettings", "DynamicSamplingSelector", "Group", "GresoSelector", "GresoSettings",
-    "MaxPassesReached", "OUTCOME_ALL_CORRECT", "OUTCOME_ALL_INCORRECT", "OUTCOME_MIXED", "OracleSelector",
+    "MaxPassesReached", "OUTCOME_ALL_CORRECT", "OUTCOME_ALL_INCORRECT", "OUTCOME_MIXED", "OUTCOME_NONE", "OracleSelector",
     "PassConfig", "PassRequest", "PulledPrompts", "STRATEGIES", "ScoredPass", "Selector", "StepResult",
     "StrategySettings", "VanillaSelector", "default_settings", "make_selector", "next_pass_size",
     "register_strategy", "resolve_strategy", "run_selection_step", "settings_of", "training_strategies",

@@ -18,6 +18,9 @@ import numpy as np
 from greso_jax.selection.groups import Group, PassRequest
 from greso_jax.specs import INT, STR, ConfigError, Spec, check_dataclass, check_field, field
 
+# A group's outcome: mixed rewards, all correct, all incorrect; OUTCOME_NONE: a prompt never rolled out.
+OUTCOME_MIXED, OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_NONE = 0, 1, 2, -1
+
 GROUP_SIZE_SPEC = Spec(INT, 2)  # rl.group_size: a group of one response never has reward variance
 
 
@@ -96,6 +99,9 @@ class Selector:
         self.epoch = 0
         self.total_responses = 0
         self.total_tokens = 0
+        # The last rollout's outcome per prompt (OUTCOME_*), kept by every strategy: it measures how
+        # consistent zero variance is from one rollout of a prompt to its next (GRESO's premise).
+        self.last_outcome = np.full(self.num_prompts, OUTCOME_NONE, dtype=np.int8)
         self._reset_step_tallies()
 
     # -- the step shape: what the driver asks ------------------------------------------------
@@ -190,7 +196,27 @@ class Selector:
         self.step_groups += int(ids.size)
         self.step_easy += int(easy.sum())
         self.step_hard += int(hard.sum())
+        self._track_outcomes(ids, easy, hard)
         self._update_history(ids, num_correct, num_samples, easy, hard)
+
+    def _track_outcomes(self, ids, easy, hard) -> None:
+        """Counts zero-variance repeats against each prompt's previous rollout, then records this one."""
+        outcome = np.where(easy, OUTCOME_ALL_CORRECT, np.where(hard, OUTCOME_ALL_INCORRECT, OUTCOME_MIXED))
+        if np.unique(ids).size == ids.size:
+            previous = self.last_outcome[ids]
+        else:  # a prompt twice in one call: its second group follows its first
+            previous = np.empty(ids.shape, np.int8)
+            last = {}
+            for row, prompt in enumerate(ids):
+                previous[row] = last.get(prompt, self.last_outcome[prompt])
+                last[prompt] = outcome[row]
+            ids, outcome = np.array(list(last), np.int64), np.array(list(last.values()))
+        was_easy, was_hard = previous == OUTCOME_ALL_CORRECT, previous == OUTCOME_ALL_INCORRECT
+        self.step_revisited_easy += int(was_easy.sum())
+        self.step_repeated_easy += int((was_easy & easy).sum())
+        self.step_revisited_hard += int(was_hard.sum())
+        self.step_repeated_hard += int((was_hard & hard).sum())
+        self.last_outcome[ids] = outcome
 
     def record_rollout(self, num_responses: int, num_tokens: int | None = None) -> None:
         """Adds generated responses (and their tokens, when known) to the cumulative counters."""
@@ -212,18 +238,28 @@ class Selector:
             "selection/hard_ratio": self.step_hard / groups if groups else 0.0,
             "rollout/num_responses": float(self.total_responses),
             "rollout/num_tokens": float(self.total_tokens),
+            # P(zero variance again | zero variance at the prompt's previous rollout) = repeated / revisited.
+            "zero_variance/revisited_easy": float(self.step_revisited_easy),
+            "zero_variance/repeated_easy": float(self.step_repeated_easy),
+            "zero_variance/revisited_hard": float(self.step_revisited_hard),
+            "zero_variance/repeated_hard": float(self.step_repeated_hard),
         }
+
+    def last_outcomes(self, prompt_ids) -> np.ndarray:
+        """OUTCOME_* of each prompt's last rollout, int8 [N] (OUTCOME_NONE: never rolled out)."""
+        return self.last_outcome[check_prompt_ids(prompt_ids, self.num_prompts, f"{self.strategy}.last_outcomes")]
 
     # -- checkpointing -----------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
         """Flat dict of Python scalars and NumPy arrays (orbax / JSON friendly)."""
         state = {name: int(getattr(self, name)) for name in self._SCALAR_STATE}
+        state["last_outcome"] = self.last_outcome.copy()
         state.update(self._history_state())
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        expected = set(self._SCALAR_STATE) | set(self._history_state())
+        expected = set(self._SCALAR_STATE) | {"last_outcome"} | set(self._history_state())
         if set(state) != expected:
             missing, extra = sorted(expected - set(state)), sorted(set(state) - expected)
             raise ValueError(f"{self.strategy}.load_state_dict: keys differ (missing {missing}, unexpected {extra})")
@@ -233,16 +269,24 @@ class Selector:
                                  f"but {getattr(self, name)} in this selector")
         for name in self._SCALAR_STATE:
             setattr(self, name, int(np.asarray(state[name])))
+        last_outcome = np.asarray(state["last_outcome"])
+        if last_outcome.shape != (self.num_prompts,) or not np.issubdtype(last_outcome.dtype, np.integer):
+            raise ValueError(f"{self.strategy}.load_state_dict: last_outcome must be integer [{self.num_prompts}], "
+                             f"got {last_outcome.dtype} {last_outcome.shape}")
+        self.last_outcome = last_outcome.astype(np.int8).copy()
         self._load_history_state(state)
 
     _SCALAR_STATE = ("num_prompts", "seed", "step", "total_responses", "total_tokens", "step_groups",
-                     "step_easy", "step_hard", "step_skipped_easy", "step_skipped_hard")
+                     "step_easy", "step_hard", "step_skipped_easy", "step_skipped_hard", "step_revisited_easy",
+                     "step_repeated_easy", "step_revisited_hard", "step_repeated_hard")
 
     # -- hooks for strategies ----------------------------------------------------------------
 
     def _reset_step_tallies(self) -> None:
         self.step_groups = self.step_easy = self.step_hard = 0
         self.step_skipped_easy = self.step_skipped_hard = 0
+        self.step_revisited_easy = self.step_repeated_easy = 0
+        self.step_revisited_hard = self.step_repeated_hard = 0
 
     def _classify_skipped(self, ids: np.ndarray) -> tuple[int, int]:
         """(easy, hard) counts among skipped ids; strategies that never skip see none."""

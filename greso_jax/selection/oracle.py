@@ -6,12 +6,12 @@ from typing import Callable
 
 import numpy as np
 
-from greso_jax.selection.base import PassConfig, check_prompt_ids
+from greso_jax.selection.base import (OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_MIXED, PassConfig,
+                                      check_prompt_ids)
 from greso_jax.selection.dynamic_sampling import DynamicSamplingSelector
 from greso_jax.selection.groups import PassRequest
 from greso_jax.selection.registry import register_strategy
 
-OUTCOME_MIXED, OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT = 0, 1, 2
 
 # outcome(step, prompt_ids int64 [N]) -> int [N] of the OUTCOME_* codes the next rollout of each prompt will have.
 OutcomeFn = Callable[[int, np.ndarray], np.ndarray]
