@@ -133,6 +133,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.eval.benchmarks = ("synthetic",)
     c.eval.max_problems = 0  # 0: all
     c.eval.data_dir = ""  # folder holding the benchmark sets (../shared/data layout)
+    # Skip audit: this fraction of the prompts a strategy skipped is rolled out anyway after the
+    # step (never trained on, not shown to the strategy) to measure how many skips were right.
+    c.eval.skip_audit_fraction = 0.0
 
     c.logging = ml_collections.ConfigDict()  # optional sinks beside metrics.jsonl and TensorBoard
     c.logging.wandb = False  # needs `pip install -e .[wandb]`
@@ -233,6 +236,7 @@ FIELD_SPECS: dict[str, Spec] = {
     "eval.benchmarks": Spec(SEQ),
     "eval.max_problems": Spec(INT, 0),
     "eval.data_dir": Spec(STR),
+    "eval.skip_audit_fraction": Spec(FLOAT, 0, 1),
     "logging.wandb": Spec(BOOL),
     "logging.wandb_project": Spec(STR, check=lambda v: None if v.strip() else "must not be empty"),
     "logging.wandb_entity": Spec(STR),

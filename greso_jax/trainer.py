@@ -31,7 +31,12 @@ from greso_jax.rewards.pool import GradingPool, score_across_hosts
 from greso_jax.rl.batch import assemble_batch
 from greso_jax.run_dir import open_run_dir
 from greso_jax.sampling import generate_in_chunks
-from greso_jax.selection import PulledPrompts, ScoredPass, run_selection_step
+from greso_jax.selection import (OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, PulledPrompts, ScoredPass,
+                                 run_selection_step)
+from greso_jax.selection import counter_rng
+from greso_jax.specs import ConfigError
+
+_AUDIT_STREAM = 0xA0D1  # counter-RNG stream of the skip audit's draws (apart from every strategy's streams)
 
 
 class Trainer:
@@ -68,6 +73,9 @@ class Trainer:
         self.counters = {"rollout/num_responses": 0, "rollout/num_tokens": 0, "selection/skipped_total": 0,
                          "train/bad_steps": 0}
         self._timers: dict[str, float] = {}
+        self._step_skipped: list[tuple[np.ndarray, np.ndarray]] = []  # (ids, last outcomes) skipped this step
+        if c.eval.skip_audit_fraction and jax.process_count() > 1:
+            raise ConfigError("eval.skip_audit_fraction: the skip audit runs on one host only; set it to 0")
         self._dropped_logged = False
         if self.is_main:  # config.json, configs/<step>.json, configs/launches.jsonl
             self.run_dir.record_launch(c)
@@ -77,6 +85,7 @@ class Trainer:
     def train_step(self, step: int) -> dict[str, Any]:
         c = self.config
         self._step, self._rollout_calls, self._grading_failures, self._timers = step, 0, 0, {}
+        self._step_skipped = []
         start = time.perf_counter()
         epoch = self.pipeline.epoch
         result = run_selection_step(self.selector, step, pull_prompts=self._pull_prompts, rollout=self._rollout,
@@ -104,7 +113,10 @@ class Trainer:
         else:
             elements, skipped_ids = self.pipeline.next_prompts(n)
         ids = np.asarray([e["prompt_id"] for e in elements], np.int64)
-        return PulledPrompts(prompt_ids=ids, payloads=elements, skipped_ids=np.asarray(skipped_ids, np.int64))
+        skipped_ids = np.asarray(skipped_ids, np.int64)
+        if self.config.eval.skip_audit_fraction and skipped_ids.size:  # why each was skipped, as it was then
+            self._step_skipped.append((skipped_ids, self.selector.last_outcomes(skipped_ids)))
+        return PulledPrompts(prompt_ids=ids, payloads=elements, skipped_ids=skipped_ids)
 
     def _rollout(self, prompt_ids, payloads, num_samples: int) -> ScoredPass:
         """Generates num_samples responses per prompt and grades them on every host."""
@@ -163,6 +175,35 @@ class Trainer:
 
     # -- evaluation ----------------------------------------------------------------------------
 
+    def audit_skips(self, step: int) -> dict[str, float]:
+        """Rolls out a random eval.skip_audit_fraction of the prompts skipped in `step` (after the step,
+        never trained on, not shown to the strategy) and counts how many skips were right: a prompt
+        skipped as easy (its last rollout all correct) or hard (all incorrect) is right when its group is
+        again zero-variance. Its cost is reported apart (audit/responses, time/audit)."""
+        start = time.perf_counter()
+        out = {f"audit/{kind}_{what}": 0.0 for kind in ("easy", "hard") for what in ("skips", "zero_variance",
+                                                                                      "same_outcome")}
+        out["audit/responses"] = 0.0
+        if self._step_skipped:
+            ids = np.concatenate([ids for ids, _ in self._step_skipped])
+            outcomes = np.concatenate([o for _, o in self._step_skipped])
+            draws = counter_rng.uniform(counter_rng.scalar_key(self.config.seed, _AUDIT_STREAM, step), ids,
+                                        np.arange(ids.size))
+            chosen = draws < self.config.eval.skip_audit_fraction
+            if chosen.any():
+                ids, outcomes = ids[chosen], outcomes[chosen]
+                scored = self._rollout(ids, [self.pipeline.element(i) for i in ids], self.config.rl.group_size)
+                all_correct, none_correct = scored.correct.all(axis=1), ~scored.correct.any(axis=1)
+                for kind, code, same in (("easy", OUTCOME_ALL_CORRECT, all_correct),
+                                         ("hard", OUTCOME_ALL_INCORRECT, none_correct)):
+                    mine = outcomes == code
+                    out[f"audit/{kind}_skips"] = float(mine.sum())
+                    out[f"audit/{kind}_zero_variance"] = float((mine & (all_correct | none_correct)).sum())
+                    out[f"audit/{kind}_same_outcome"] = float((mine & same).sum())
+                out["audit/responses"] = float(scored.correct.size)
+        out["time/audit"] = time.perf_counter() - start
+        return out
+
     def evaluate(self, step: int) -> dict[str, float]:
         """avg@k, pass@1 and pass@k on every evaluation set, and their mean as eval/accuracy."""
         c, g = self.config, self.generation
@@ -216,6 +257,8 @@ class Trainer:
         c = self.config
         for step in range(start_step + 1, c.train.num_steps + 1):
             metrics = self.train_step(step)
+            if c.eval.skip_audit_fraction:
+                metrics.update(self.audit_skips(step))
             if self.counters["train/bad_steps"] >= c.train.max_bad_steps:
                 writer.write(step, metrics)
                 raise FloatingPointError(

@@ -67,6 +67,7 @@ class PromptPipeline:
         self.shard_index, self.shard_count = shard_index, shard_count
         self.keep_filter = keep_filter if keep_filter is not None else KeepAll()
         self.num_dropped_too_long = 0
+        self._row_index: dict[int, int] | None = None
         self.num_skipped = 0
         # Global stream position consumed so far (all hosts together): what lets a checkpoint of
         # one shard layout resume under another. None once a plain sharded pull made it unknowable.
@@ -97,6 +98,12 @@ class PromptPipeline:
     def _next_position(self) -> int:
         """Global stream position of this shard's next element."""
         return self.shard_index + self._iterator.get_state()["next_index"] * self.shard_count
+
+    def element(self, prompt_id: int) -> PromptElement:
+        """The tokenised element of one prompt, outside the stream (its position and filter untouched)."""
+        if self._row_index is None:
+            self._row_index = {row.prompt_id: i for i, row in enumerate(self.rows)}
+        return self._tokenise(self.rows[self._row_index[int(prompt_id)]])
 
     def _tokenise(self, row: PromptRow) -> PromptElement:
         tokens = self.tokenizer.encode(format_prompt(row, self.template, self.tokenizer))
