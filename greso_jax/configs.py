@@ -16,7 +16,7 @@ import os
 import ml_collections
 
 from greso_jax import selection
-from greso_jax.data import catalog
+from greso_jax.data import arith, catalog
 from greso_jax.data.prompts import TEMPLATES as PROMPT_TEMPLATES
 from greso_jax.data.sources import SOURCES
 from greso_jax.rewards.math import SHAPINGS as REWARD_SHAPINGS
@@ -56,6 +56,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.data.arith_num_train = 3000
     c.data.arith_num_heldout = 600
     c.data.arith_seed = 1234
+    c.data.arith_level_weights = ()  # one weight per arithmetic level (data/arith.py LEVELS); (): the default mix
     c.data.reward_shaping = "binary"
     c.data.grading_timeout_s = 2.0
     c.data.grading_workers = 1
@@ -165,6 +166,16 @@ def _dataset_name(value) -> str | None:
     return None if value in ("", *catalog.TRAINING_SETS) else f"must be '' or one of {', '.join(catalog.TRAINING_SETS)}"
 
 
+def _check_level_weights(weights) -> str | None:
+    if not weights:
+        return None
+    if len(weights) != len(arith.LEVELS):
+        return f"need one weight per level ({len(arith.LEVELS)} levels) or none"
+    if any(not isinstance(w, (int, float)) or isinstance(w, bool) or w < 0 for w in weights) or sum(weights) <= 0:
+        return "weights must be non-negative numbers with a positive sum"
+    return None
+
+
 FIELD_SPECS: dict[str, Spec] = {
     "seed": Spec(INT, 0),
     "model.preset": Spec(STR),
@@ -182,6 +193,7 @@ FIELD_SPECS: dict[str, Spec] = {
     "data.arith_num_train": Spec(INT, 1),
     "data.arith_num_heldout": Spec(INT, 0),
     "data.arith_seed": Spec(INT, 0),
+    "data.arith_level_weights": Spec(SEQ, check=_check_level_weights),
     "data.reward_shaping": Spec(STR, choices=REWARD_SHAPINGS),
     "data.grading_timeout_s": Spec(FLOAT, 0, 60, low_open=True),
     "data.grading_workers": Spec(INT, 0),

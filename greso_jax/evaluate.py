@@ -208,7 +208,8 @@ def evaluate(checkpoint: str, *, config=None, benchmarks: Sequence[str] | None =
     try:
         rows = load_eval_sets(settings.benchmarks, data_dir=settings.data_dir, max_problems=settings.max_problems,
                               arith_num_train=config.data.arith_num_train,
-                              arith_num_heldout=config.data.arith_num_heldout, arith_seed=config.data.arith_seed)
+                              arith_num_heldout=config.data.arith_num_heldout, arith_seed=config.data.arith_seed,
+                              arith_level_weights=tuple(config.data.get("arith_level_weights", ())))
     except DataError as e:
         raise EvaluateError(f"--benchmarks {e}") from None
     mesh = mesh if mesh is not None else mesh_from_config(config.mesh)

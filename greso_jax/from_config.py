@@ -65,7 +65,7 @@ def rows_from_config(config) -> tuple[PromptRows, dict[str, PromptRows]]:
     arithmetic held-out pool) is evaluated only on arithmetic runs: other data has no such pool."""
     d = config.data
     arith = {"arith_num_train": d.arith_num_train, "arith_num_heldout": d.arith_num_heldout,
-             "arith_seed": d.arith_seed}
+             "arith_seed": d.arith_seed, "arith_level_weights": tuple(d.arith_level_weights)}
     path = catalog.training_file(d.dataset, d.data_dir) if d.dataset else d.path
     train = load_source(source=d.source, path=path, skip_bad_rows=d.skip_bad_rows, **arith)
     benchmarks = [b for b in config.eval.benchmarks

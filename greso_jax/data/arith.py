@@ -51,6 +51,18 @@ LEVELS: dict[int, Level] = {
 DEFAULT_LEVEL_WEIGHTS: dict[int, float] = {0: 0.3, 1: 0.2, 2: 0.05, 3: 0.1, 4: 0.05, 5: 0.15, 6: 0.05, 7: 0.1}
 
 
+def level_weights(weights_by_level) -> dict[int, float] | None:
+    """data.arith_level_weights (one weight per level, in level order; empty: the default mix) as
+    {level: weight} for `make_arith_pools`."""
+    weights = [float(w) for w in weights_by_level]
+    if not weights:
+        return None
+    if len(weights) != len(LEVELS):
+        raise ValueError(f"data.arith_level_weights: need {len(LEVELS)} weights (levels 0-{len(LEVELS) - 1}), "
+                         f"got {len(weights)}")
+    return dict(enumerate(weights))
+
+
 # ---------------------------------------------------------------------------------------
 # Evaluation of our own prompt format (a tiny recursive-descent parser; nothing is eval'ed)
 

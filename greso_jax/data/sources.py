@@ -201,11 +201,12 @@ def load_verl_parquet(path: str, *, skip_bad_rows: bool = False) -> PromptRows:
 
 
 def load_benchmark(name: str, data_dir: str, *, arith_num_heldout: int = 600, arith_seed: int = 1234,
-                   arith_num_train: int = 3000) -> PromptRows:
+                   arith_num_train: int = 3000, arith_level_weights: Sequence[float] = ()) -> PromptRows:
     """A named evaluation set: `data_dir/<name>/test.jsonl`, or "synthetic" (the arithmetic
     held-out pool for the given generator settings)."""
     if name == "synthetic":
-        _, heldout = arith.make_arith_pools(arith_num_train, arith_num_heldout, arith_seed)
+        _, heldout = arith.make_arith_pools(arith_num_train, arith_num_heldout, arith_seed,
+                                            arith.level_weights(arith_level_weights))
         return _check_not_empty(PromptRows(heldout, path="synthetic"), "synthetic")
     if name not in JSONL_FORMATS:
         raise DataError(f"unknown benchmark {name!r} (one of {', '.join(BENCHMARKS)})")
@@ -217,14 +218,15 @@ def load_benchmark(name: str, data_dir: str, *, arith_num_heldout: int = 600, ar
 
 def load_eval_sets(benchmarks: Sequence[str], *, data_dir: str = "", max_problems: int = 0,
                    arith_num_train: int = 3000, arith_num_heldout: int = 600,
-                   arith_seed: int = 1234) -> dict[str, PromptRows]:
+                   arith_seed: int = 1234, arith_level_weights: Sequence[float] = ()) -> dict[str, PromptRows]:
     """{name: rows} for each of `benchmarks`, in order, each cut to its first `max_problems`
     rows (0: all); "synthetic" is the arithmetic held-out pool of the given generator settings."""
     sets = {}
     for name in benchmarks:
         try:
             rows = load_benchmark(name, data_dir, arith_num_train=arith_num_train,
-                                  arith_num_heldout=arith_num_heldout, arith_seed=arith_seed)
+                                  arith_num_heldout=arith_num_heldout, arith_seed=arith_seed,
+                                  arith_level_weights=arith_level_weights)
         except DataError as e:
             where = f"data_dir {data_dir}" if data_dir else "the data cache: $GRESO_DATA or ~/.cache/greso_jax/data"
             raise DataError(f"{name} ({where}): {e}") from None
@@ -238,11 +240,13 @@ SOURCES = ("arith", "parquet", "jsonl")
 
 
 def load_source(*, source: str, path: str = "", skip_bad_rows: bool = False, arith_num_train: int = 3000,
-                arith_num_heldout: int = 600, arith_seed: int = 1234) -> PromptRows:
+                arith_num_heldout: int = 600, arith_seed: int = 1234,
+                arith_level_weights: Sequence[float] = ()) -> PromptRows:
     """The training prompts: the arithmetic training pool of the given generator settings
     (source "arith"), or the verl parquet / jsonl file at `path`."""
     if source == "arith":
-        train, _ = arith.make_arith_pools(arith_num_train, arith_num_heldout, arith_seed)
+        train, _ = arith.make_arith_pools(arith_num_train, arith_num_heldout, arith_seed,
+                                          arith.level_weights(arith_level_weights))
         return _check_not_empty(PromptRows(train, path="arith"), "arith")
     if source == "parquet":
         return load_verl_parquet(path, skip_bad_rows=skip_bad_rows)
