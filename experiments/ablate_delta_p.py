@@ -14,13 +14,10 @@ ablation.txt (table), ablation.json and accuracy_vs_rollouts.png.
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import math
 import os
 import shlex
-import shutil
-import subprocess
 import sys
 from typing import Sequence
 
@@ -28,6 +25,8 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:  # run as a script from anywhere: greso_jax is the sibling package
     sys.path.insert(0, REPO_ROOT)
 
+from experiments.sweep import (absolute_config, is_finished, run_logged, share_warmstart,  # noqa: E402
+                               train_command)
 from greso_jax.metrics import format_table, read_lines  # noqa: E402
 
 TABLE_COLUMNS = ["delta_p", "steps", "accuracy_before", "accuracy_final", "responses_generated",
@@ -51,33 +50,8 @@ def parse_values(text: str) -> list[float]:
     return values
 
 
-def absolute_config(config: str) -> str:
-    """experiments/x.py:variant -> /abs/experiments/x.py:variant (the runs start in the repository root)."""
-    file, sep, variant = config.partition(":")
-    if not os.path.exists(file):
-        raise ValueError(f"--config: no such file: {file}")
-    return os.path.abspath(file) + sep + variant
-
-
 def launch_command(config: str, value: float, workdir: str, overrides: Sequence[str] = ()) -> list[str]:
-    return [sys.executable, "-m", "greso_jax.train", "--config", config, f"--config.selection.greso.delta_p={value!r}",
-            *overrides, "--workdir", workdir]
-
-
-def is_finished(workdir: str) -> bool:
-    return os.path.exists(os.path.join(workdir, "summary.json"))
-
-
-def _share_warmstart(workdirs: Sequence[str], target: str) -> None:
-    """Copies a finished sibling's supervised warm start into `target`: Δp does not change it,
-    and the trainer re-checks the copy's settings key before reusing it."""
-    if os.path.exists(os.path.join(target, "warmstart")):
-        return
-    for other in workdirs:
-        source = os.path.join(other, "warmstart")
-        if other != target and glob.glob(os.path.join(source, "*", "warmstart.json")):  # a finished keyed cache
-            shutil.copytree(source, os.path.join(target, "warmstart"))
-            return
+    return train_command(config, workdir, [f"--config.selection.greso.delta_p={value!r}", *overrides])
 
 
 def run_sweep(config: str, values: Sequence[float], root: str, overrides: Sequence[str] = (), log=print) -> list[float]:
@@ -89,13 +63,8 @@ def run_sweep(config: str, values: Sequence[float], root: str, overrides: Sequen
             log(f"{run_name(value)}: finished earlier, not launched again")
             continue
         os.makedirs(workdir, exist_ok=True)
-        _share_warmstart(workdirs, workdir)
-        command = launch_command(config, value, workdir, overrides)
-        log(f"{run_name(value)}: {shlex.join(command)}")
-        with open(os.path.join(workdir, "train.log"), "a") as out:
-            code = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, cwd=REPO_ROOT).returncode
-        if code != 0:
-            log(f"{run_name(value)}: exited with status {code}; see {os.path.join(workdir, 'train.log')}")
+        share_warmstart(workdirs, workdir)
+        if not run_logged(launch_command(config, value, workdir, overrides), workdir, run_name(value), log=log):
             failed.append(value)
     return failed
 

@@ -1,0 +1,86 @@
+"""The strategy comparison's arithmetic: costs to the target accuracy, speedups, precision and the report."""
+
+import importlib.util
+import json
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+spec = importlib.util.spec_from_file_location("compare_strategies",
+                                              os.path.join(ROOT, "experiments", "bench", "compare_strategies.py"))
+compare_strategies = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(compare_strategies)
+
+
+def _records(accuracies, responses_per_step, seconds_per_step, **per_step):
+    """A run's metrics.jsonl records: evaluation at steps 0, 2, 4, ... with the given accuracies."""
+    records = [{"step": 0, "eval/accuracy": accuracies[0]}]
+    for step in range(1, 2 * (len(accuracies) - 1) + 1):
+        record = {"step": step, "rollout/num_responses": responses_per_step * step,
+                  "rollout/num_tokens": 10 * responses_per_step * step, "time/step": seconds_per_step,
+                  "time/rollout": seconds_per_step / 2, "time/update": seconds_per_step / 4,
+                  "selection/zero_variance_ratio": 0.5, **per_step}
+        if step % 2 == 0:
+            record["eval/accuracy"] = accuracies[step // 2]
+            record["time/eval"] = 100.0
+        records.append(record)
+    return records
+
+
+def test_costs_to_the_target_and_speedups():
+    runs = {
+        "ds_fixed": {0: _records([0.2, 0.3, 0.41], 300, 3.0), 1: _records([0.2, 0.3, 0.39], 300, 3.0)},
+        "dynamic_sampling": {0: _records([0.2, 0.4, 0.4], 200, 2.0), 1: _records([0.2, 0.39, 0.41], 200, 2.0)},
+        "greso": {0: _records([0.2, 0.39, 0.4], 100, 1.0), 1: _records([0.2, 0.2, 0.3], 100, 1.0)},
+    }
+    result = compare_strategies.compare(runs)
+    assert result["target_accuracy"] == pytest.approx(0.39)
+    table = result["strategies"]
+    # ds_fixed reaches 0.39 at step 4 in both seeds: 1200 responses, 12 s; adaptive DS at step 2: 400, 4 s.
+    assert table["ds_fixed"]["to_target_responses"] == 1200 and table["ds_fixed"]["to_target_total_s"] == 12
+    assert table["dynamic_sampling"]["to_target_responses"] == 400
+    assert table["dynamic_sampling"]["speedup_responses_vs_ds_fixed"] == pytest.approx(3.0)
+    assert table["dynamic_sampling"]["speedup_total_s_vs_ds_fixed"] == pytest.approx(3.0)
+    # GRESO's seed 1 never reaches the target: no mean cost, no speedup.
+    assert table["greso"]["reached"] == "1/2" and table["greso"]["to_target_responses"] is None
+    assert table["greso"]["speedup_responses_vs_ds_fixed"] is None
+    assert table["ds_fixed"]["accuracy_final"] == pytest.approx(0.40)
+    assert table["ds_fixed"]["eval_s"] == pytest.approx(200.0)  # two evaluations, reported apart
+    assert table["ds_fixed"]["rollout_share"] == pytest.approx(0.5)
+
+
+def test_consistency_and_skip_precision_are_pooled_per_run():
+    records = _records([0.2, 0.3], 100, 1.0, **{"zero_variance/revisited_easy": 10, "zero_variance/repeated_easy": 9,
+                                                "zero_variance/revisited_hard": 4, "zero_variance/repeated_hard": 4,
+                                                "audit/easy_skips": 5, "audit/easy_zero_variance": 4,
+                                                "audit/hard_skips": 5, "audit/hard_zero_variance": 5,
+                                                "audit/responses": 80, "time/audit": 0.5})
+    stats = compare_strategies.run_stats(records)
+    assert stats["consistency_easy"] == pytest.approx(0.9) and stats["consistency_hard"] == 1.0
+    assert stats["skip_precision_easy"] == pytest.approx(0.8) and stats["skip_precision"] == pytest.approx(0.9)
+    assert stats["audit_responses"] == 160 and stats["audit_s"] == pytest.approx(1.0)
+
+
+def test_the_comparison_needs_the_baseline_and_variants_map_to_runs(tmp_path):
+    with pytest.raises(ValueError, match="ds_fixed"):
+        compare_strategies.compare({"greso": {0: _records([0.2, 0.3], 100, 1.0)}})
+    config, overrides = compare_strategies.run_arguments("/x/c.py", "ds_fixed", 2, ["--config.train.num_steps=5"])
+    assert config == "/x/c.py:dynamic_sampling"
+    assert overrides == ["--config.seed=2", "--config.selection.dynamic_sampling.pass_sizing=fixed",
+                         "--config.train.num_steps=5"]
+    _, greso = compare_strategies.run_arguments("/x/c.py", "greso", 0, [])
+    assert "--config.eval.skip_audit_fraction=0.1" in greso
+    assert compare_strategies.default_variants()[:3] == ["vanilla", "ds_fixed", "dynamic_sampling"]
+
+
+def test_report_has_the_tables_plots_and_json(tmp_path):
+    runs = {"ds_fixed": {0: _records([0.2, 0.4], 300, 3.0)},
+            "greso": {0: _records([0.2, 0.45], 100, 1.0, **{"selection/p_easy": 0.5, "selection/p_hard": 0.4})}}
+    result = compare_strategies.compare(runs)
+    path = compare_strategies.write_report(result, runs, str(tmp_path), "python compare", notes="reduced steps")
+    text = open(path).read()
+    assert "| greso | 1/1 |" in text and "reduced steps" in text and "`python compare`" in text
+    for image in ("accuracy_vs_responses.png", "accuracy_vs_time.png", "zero_variance.png", "greso_p.png"):
+        assert os.path.getsize(tmp_path / image) > 1000 and f"]({image})" in text
+    assert json.load(open(tmp_path / "strategies.json"))["strategies"]["greso"]["to_target_responses"] == 200
