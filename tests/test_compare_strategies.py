@@ -84,3 +84,21 @@ def test_report_has_the_tables_plots_and_json(tmp_path):
     for image in ("accuracy_vs_responses.png", "accuracy_vs_time.png", "zero_variance.png", "greso_p.png"):
         assert os.path.getsize(tmp_path / image) > 1000 and f"]({image})" in text
     assert json.load(open(tmp_path / "strategies.json"))["strategies"]["greso"]["to_target_responses"] == 200
+
+
+def test_simulator_is_calibrated_to_vanilla_and_set_beside_the_trainer():
+    shares = {"selection/easy_ratio": 0.3, "selection/hard_ratio": 0.4}
+    runs = {"vanilla": {0: _records([0.2, 0.3, 0.35], 64, 1.0, **shares)},
+            "ds_fixed": {0: _records([0.2, 0.3, 0.4], 200, 2.0, **shares)},
+            "greso": {0: _records([0.2, 0.3, 0.4], 100, 1.0, **shares)}}
+    config = {"data": {"arith_num_train": 300}, "train": {"num_steps": 12, "train_batch_size": 16},
+              "rl": {"group_size": 8},
+              "selection": {"rollout_batch_size": 24, "min_pass_size": 4, "max_passes": 6}}
+    sim = compare_strategies.simulate(runs, config)
+    assert sim["fractions"]["solved"] == pytest.approx(0.3) and sim["fractions"]["never"] == pytest.approx(0.4)
+    assert sum(sim["fractions"].values()) == pytest.approx(1.0)
+    rows = sim["strategies"]
+    assert set(rows) == {"vanilla", "ds_fixed", "greso"}
+    assert rows["ds_fixed"]["sim_vs_ds_fixed"] == 1.0 and rows["greso"]["trainer_vs_ds_fixed"] == pytest.approx(2.0)
+    assert rows["vanilla"]["sim_responses"] == 12 * 16 * 8  # vanilla rolls out exactly one batch per step
+    assert "| greso |" in compare_strategies.simulator_table(sim)

@@ -19,6 +19,7 @@ plots, the command, the machine, the date) and the plots.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import math
@@ -34,6 +35,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 if REPO_ROOT not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, REPO_ROOT)
 
+from experiments.bench import selection_sim  # noqa: E402
 from experiments.sweep import absolute_config, is_finished, run_logged, share_warmstart, train_command  # noqa: E402
 from greso_jax.metrics import read_lines  # noqa: E402
 from greso_jax.selection import resolve_strategy, training_strategy_names  # noqa: E402
@@ -230,6 +232,59 @@ def compare(runs: dict[str, dict[int, list[dict]]]) -> dict:
             "per_run": {v: {str(s): st for s, st in seeds.items()} for v, seeds in per_run.items()}}
 
 
+SIM_NAMES = {BASELINE: "dynamic_sampling:fixed"}  # trainer variant → simulator run name (others: the same)
+
+
+def simulate(runs: dict[str, dict[int, list[dict]]], config: dict) -> dict:
+    """The same comparison in the selection simulator, its population calibrated to this task: the
+    all-correct / all-incorrect shares vanilla GRPO measured over the second half of its runs, and the
+    task's pool, batch, G, pass sizing and steps. Returns per strategy the simulated responses, the
+    trainer's, each as a ratio to ds_fixed's, and the simulated efficiency vs the oracle."""
+    reference = runs.get("vanilla") or runs[BASELINE]
+    shares = []
+    for records in reference.values():
+        steps = [r for r in records if r.get("step", 0) > 0]
+        late = steps[len(steps) // 2:]
+        shares.append([np.mean([_number(r, k) or 0.0 for r in late])
+                       for k in ("selection/easy_ratio", "selection/hard_ratio")])
+    all_correct, all_incorrect = np.mean(shares, axis=0)
+    fractions = selection_sim.calibrated_fractions(float(all_correct), float(all_incorrect))
+    sel = config["selection"]
+    settings = selection_sim.SimSettings(
+        num_prompts=int(config["data"]["arith_num_train"]), steps=int(config["train"]["num_steps"]),
+        train_batch_size=int(config["train"]["train_batch_size"]), group_size=int(config["rl"]["group_size"]),
+        rollout_batch_size=int(sel["rollout_batch_size"]), min_pass_size=int(sel["min_pass_size"]),
+        max_passes=int(sel["max_passes"]), seed=0)
+    simulated = selection_sim.all_runs(settings, fractions)
+    base_sim = simulated[SIM_NAMES[BASELINE]]["responses"]
+    base_real = float(np.mean([run_stats(r)["responses"] for r in runs[BASELINE].values()]))
+    oracle = simulated["oracle"]["responses"]
+    rows = {}
+    for variant in runs:
+        sim = simulated[SIM_NAMES.get(variant, variant)]["responses"]
+        real = float(np.mean([run_stats(r)["responses"] for r in runs[variant].values()]))
+        rows[variant] = {"sim_responses": sim, "sim_vs_ds_fixed": base_sim / sim, "trainer_responses": real,
+                         "trainer_vs_ds_fixed": base_real / real,
+                         "sim_efficiency_vs_oracle": (base_sim - sim) / (base_sim - oracle) if base_sim != oracle
+                         else float("nan")}
+    return {"fractions": fractions, "settings": dataclasses.asdict(settings), "oracle_responses": oracle,
+            "oracle_vs_ds_fixed": base_sim / oracle, "strategies": rows}
+
+
+def simulator_table(sim: dict) -> str:
+    f = sim["fractions"]
+    lines = [f"**The simulator beside the trainer** (population calibrated to vanilla's late all-correct "
+             f"{f['solved']:.2f} / all-incorrect {f['never']:.2f} shares; whole runs; the oracle would need "
+             f"{sim['oracle_vs_ds_fixed']:.2f}x fewer responses than ds_fixed)", "",
+             "| strategy | simulated responses | simulated ds_fixed / this | trainer responses | "
+             "trainer ds_fixed / this | simulated efficiency vs oracle |", "|" + "---|" * 6]
+    for name, r in sim["strategies"].items():
+        lines.append("| " + " | ".join([name] + [_cell(r[k]) for k in (
+            "sim_responses", "sim_vs_ds_fixed", "trainer_responses", "trainer_vs_ds_fixed",
+            "sim_efficiency_vs_oracle")]) + " |")
+    return "\n".join(lines)
+
+
 def _cell(value, digits=3) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "—"
@@ -332,6 +387,7 @@ def plot(runs: dict[str, dict[int, list[dict]]], directory: str) -> list[str]:
 
 
 def write_report(result: dict, runs, directory: str, command: str, notes: str = "") -> str:
+    """strategies.json, the plots and strategies.md in `directory`; returns the markdown's path."""
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, "strategies.json"), "w") as f:
         json.dump(result, f, indent=1, default=float)
@@ -342,6 +398,7 @@ def write_report(result: dict, runs, directory: str, command: str, notes: str = 
         f"Command: `{command}`", "",
         f"Machine: {platform.platform()}, {os.cpu_count()} CPU cores, Python {platform.python_version()}; "
         f"seeds {seeds}.", "", notes, "", markdown_tables(result), "",
+        *([simulator_table(result["simulator"]), ""] if "simulator" in result else []),
         *[f"![{name}]({name})" for name in images], ""])
     path = os.path.join(directory, "strategies.md")
     with open(path, "w") as f:
@@ -368,10 +425,13 @@ def main(argv=None) -> int:
     failed = [] if args.collect_only else run_all(config_file, variants, seeds, args.root, overrides)
     runs = collect(args.root, variants, seeds)
     result = compare(runs)
+    with open(os.path.join(run_dir(args.root, BASELINE, seeds[0]), "config.json")) as f:
+        result["simulator"] = simulate(runs, json.load(f))
     command = shlex.join(["python", "experiments/bench/compare_strategies.py", *(argv if argv is not None
                                                                                  else sys.argv[1:])])
     path = write_report(result, runs, args.report_dir or args.root, command, args.notes)
     print(markdown_tables(result))
+    print(simulator_table(result["simulator"]))
     print(f"report: {path}")
     return 1 if failed else 0
 

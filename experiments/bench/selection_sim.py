@@ -52,9 +52,12 @@ class SimSettings:
 class LatentPopulation:
     """Per-prompt latent success probability as a function of the training step (module docstring)."""
 
-    def __init__(self, num_prompts: int, horizon: int, seed: int):
+    def __init__(self, num_prompts: int, horizon: int, seed: int, fractions: dict[str, float] | None = None):
         rng = np.random.default_rng([seed, 7])
-        counts = np.floor(np.array(list(CLASS_FRACTIONS.values())) * num_prompts).astype(int)
+        fractions = CLASS_FRACTIONS if fractions is None else fractions
+        if set(fractions) != set(CLASS_FRACTIONS) or abs(sum(fractions.values()) - 1) > 1e-6:
+            raise ValueError(f"population fractions: need {sorted(CLASS_FRACTIONS)} summing to 1, got {fractions}")
+        counts = np.floor(np.array([fractions[k] for k in CLASS_FRACTIONS]) * num_prompts).astype(int)
         counts[2] += num_prompts - counts.sum()  # rounding remainder goes to "learnable"
         kind = rng.permutation(np.repeat(np.arange(len(counts)), counts))
         n, T = num_prompts, float(horizon)
@@ -78,6 +81,17 @@ class LatentPopulation:
         ramp = np.clip((step - self.t0[prompt_ids]) / self.width[prompt_ids], 0.0, 1.0)
         logit = self.start[prompt_ids] + (self.end[prompt_ids] - self.start[prompt_ids]) * ramp
         return 1.0 / (1.0 + np.exp(-logit))
+
+
+def calibrated_fractions(all_correct: float, all_incorrect: float) -> dict[str, float]:
+    """Class fractions for a task whose measured groups are `all_correct` / `all_incorrect` shares:
+    solved and never take those shares; learnable, late and regressing share the rest in their
+    default proportions."""
+    if min(all_correct, all_incorrect) < 0 or all_correct + all_incorrect > 1:
+        raise ValueError(f"calibrated_fractions: shares {all_correct}, {all_incorrect} are not a split of 1")
+    rest = {k: CLASS_FRACTIONS[k] for k in ("learnable", "late", "regressing")}
+    scale = (1.0 - all_correct - all_incorrect) / sum(rest.values())
+    return {"solved": all_correct, "never": all_incorrect, **{k: v * scale for k, v in rest.items()}}
 
 
 def _learnable(rng, m: int, T: float):
@@ -160,12 +174,14 @@ class PromptStream:
                              skipped_ids=np.concatenate(skipped) if skipped else np.zeros(0, dtype=np.int64))
 
 
-def run_strategy(strategy: str, settings: SimSettings, **strategy_overrides) -> dict[str, float]:
+def run_strategy(strategy: str, settings: SimSettings, fractions: dict[str, float] | None = None,
+                 **strategy_overrides) -> dict[str, float]:
     """Runs `settings.steps` steps of one strategy; returns totals over the run.
 
+    fractions: the population's class fractions (None: CLASS_FRACTIONS; see `calibrated_fractions`).
     strategy_overrides: fields of the strategy's own section (e.g. delta_p=0.02 for GRESO).
     """
-    population = LatentPopulation(settings.num_prompts, settings.steps, settings.seed)
+    population = LatentPopulation(settings.num_prompts, settings.steps, settings.seed, fractions)
     rollouts = BernoulliRollouts(population, settings.seed)
     extras = {"outcome": rollouts.outcome(settings.group_size)} if STRATEGIES.get(strategy).simulation_only else {}
     selector = make_selector(
@@ -204,11 +220,11 @@ def greso_efficiency(ds_responses: float, greso_responses: float, oracle_respons
     return (ds_responses - greso_responses) / (ds_responses - oracle_responses)
 
 
-def all_runs(settings: SimSettings) -> dict[str, dict[str, float]]:
+def all_runs(settings: SimSettings, fractions: dict[str, float] | None = None) -> dict[str, dict[str, float]]:
     """Every registered strategy with its defaults; Dynamic Sampling once per pass sizing
     ("dynamic_sampling" is the adaptive default, "dynamic_sampling:fixed" the papers' baseline)."""
-    results = {name: run_strategy(name, settings) for name in STRATEGIES}
-    results["dynamic_sampling:fixed"] = run_strategy("dynamic_sampling", settings, pass_sizing="fixed")
+    results = {name: run_strategy(name, settings, fractions) for name in STRATEGIES}
+    results["dynamic_sampling:fixed"] = run_strategy("dynamic_sampling", settings, fractions, pass_sizing="fixed")
     return results
 
 
