@@ -10,6 +10,7 @@ from scipy import stats
 
 from conftest import make_hf_checkpoint
 from greso_jax.models import PRESETS, from_pretrained, init_model
+from greso_jax.parallel import multihost
 from greso_jax.sampling import compile_count, generate, generate_in_chunks, lower_generate
 
 VOCAB = 97
@@ -208,6 +209,17 @@ def test_row_bucket_changes_the_cache_not_the_samples(checkpoint, prompts):
     per_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4  # K and V, float32
     for out in (default, small):  # prompt cache [Np, Tp] + response cache [rows, max_new_tokens - 1]
         assert out.kv_cache_bytes == per_token * (out.prompt_rows * out.prompt_length + out.rows * 31)
+
+
+def test_placing_keeps_leaves_already_in_place():
+    # The sampler places the parameters on every call: leaves already there must not be copied.
+    device = jax.devices()[0]
+    placed = jax.device_put(np.arange(4.0), device)
+    sharding = jax.sharding.SingleDeviceSharding(device)
+    tree = multihost.put_tree({"placed": placed, "host": np.ones(3, np.int32)}, sharding)
+    assert tree["placed"] is placed
+    assert isinstance(tree["host"], jax.Array) and tree["host"].sharding == sharding
+    np.testing.assert_array_equal(tree["host"], np.ones(3, np.int32))
 
 
 def test_generate_in_chunks_is_the_chunk_calls_concatenated():
