@@ -72,7 +72,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.sampling.top_k = 0
     c.sampling.max_rows_per_call = 0  # >0: a pass is generated in chunks of at most this many rows (KV memory)
     c.sampling.prompt_length_buckets = DEFAULT_PROMPT_BUCKETS
-    c.sampling.row_buckets = DEFAULT_ROW_BUCKETS
+    c.sampling.row_buckets = DEFAULT_ROW_BUCKETS  # 8, 16, 24, 32, 48, ...: a call pads by < half its rows
 
     c.rl = ml_collections.ConfigDict()
     c.rl.group_size = 8

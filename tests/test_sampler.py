@@ -10,7 +10,9 @@ from scipy import stats
 
 from conftest import make_hf_checkpoint
 from greso_jax.models import PRESETS, from_pretrained, init_model
+from greso_jax.parallel import multihost
 from greso_jax.sampling import compile_count, generate, generate_in_chunks, lower_generate
+from greso_jax.sampling.sampler import DEFAULT_ROW_BUCKETS, bucket_at_least
 
 VOCAB = 97
 PROMPT_LENGTHS = [3, 17, 9, 1, 12, 5, 20, 7, 14]
@@ -199,15 +201,36 @@ def test_same_key_same_output_and_bounded_compiles(checkpoint, prompts):
 def test_row_bucket_changes_the_cache_not_the_samples(checkpoint, prompts):
     _, model = checkpoint
     cfg = model.cfg
-    default = generate(model, prompts, rng=jax.random.key(11), **SAMPLED)  # 18 rows -> bucket 32
+    default = generate(model, prompts, rng=jax.random.key(11), **SAMPLED)  # 18 rows -> bucket 24
     small = generate(model, prompts, rng=jax.random.key(11), row_buckets=(18,), **SAMPLED)
     np.testing.assert_array_equal(small.tokens, default.tokens)
     np.testing.assert_allclose(small.logprobs, default.logprobs, atol=1e-5)
-    assert (default.prompt_rows, default.rows, default.prompt_length) == (16, 32, 32)
+    assert (default.prompt_rows, default.rows, default.prompt_length) == (12, 24, 32)
     assert (small.prompt_rows, small.rows, small.prompt_length) == (9, 18, 32)
     per_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4  # K and V, float32
     for out in (default, small):  # prompt cache [Np, Tp] + response cache [rows, max_new_tokens - 1]
         assert out.kv_cache_bytes == per_token * (out.prompt_rows * out.prompt_length + out.rows * 31)
+
+
+def test_default_row_buckets_pad_a_call_by_less_than_half():
+    # A call's decode time follows its bucket's rows: above 16 rows the bucket must stay under 1.5x
+    # the rows (powers of two padded 17 rows to 32, and 24 prompts x 8 to 256 rows).
+    for rows in range(17, DEFAULT_ROW_BUCKETS[-1] + 1):
+        assert bucket_at_least(rows, DEFAULT_ROW_BUCKETS, "rows") < 1.5 * rows, rows
+    model = init_model(PRESETS["tiny-test"])
+    out = generate(model, [[1, 2, 3]] * 24, num_samples=8, max_new_tokens=2, rng=jax.random.key(0))
+    assert (out.prompt_rows, out.rows) == (24, 192)
+
+
+def test_placing_keeps_leaves_already_in_place():
+    # The sampler places the parameters on every call: leaves already there must not be copied.
+    device = jax.devices()[0]
+    placed = jax.device_put(np.arange(4.0), device)
+    sharding = jax.sharding.SingleDeviceSharding(device)
+    tree = multihost.put_tree({"placed": placed, "host": np.ones(3, np.int32)}, sharding)
+    assert tree["placed"] is placed
+    assert isinstance(tree["host"], jax.Array) and tree["host"].sharding == sharding
+    np.testing.assert_array_equal(tree["host"], np.ones(3, np.int32))
 
 
 def test_generate_in_chunks_is_the_chunk_calls_concatenated():

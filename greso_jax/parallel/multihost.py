@@ -70,6 +70,16 @@ def put(x, sharding):
 def put_tree(tree, shardings):
     """`put` over a pytree; `shardings` is one sharding or a pytree prefix of `tree` (as for
     `jax.device_put`: e.g. one sharding per nnx Variable)."""
+    if all(s.is_fully_addressable for s in jax.tree.leaves(shardings)):
+        # Leaves already in place are kept and the rest moved in one batched transfer: device_put
+        # costs ~0.1 ms per leaf even for a leaf already in place, milliseconds per model.
+        leaves, treedef = jax.tree.flatten(tree)
+        targets = jax.tree.leaves(jax.tree.broadcast(shardings, tree))
+        moving = [i for i, (x, s) in enumerate(zip(leaves, targets))
+                  if not (isinstance(x, jax.Array) and x.sharding == s)]
+        for i, moved in zip(moving, jax.device_put([leaves[i] for i in moving], [targets[i] for i in moving])):
+            leaves[i] = moved
+        return jax.tree.unflatten(treedef, leaves)
     if isinstance(shardings, jax.sharding.Sharding):
         return jax.tree.map(lambda x: put(x, shardings), tree)
     return jax.tree.map(lambda s, sub: jax.tree.map(lambda x: put(x, s), sub), shardings, tree)
