@@ -20,6 +20,7 @@ import numpy as np
 
 from greso_jax.benchmark_scoring import EVAL_SEED_OFFSET, sample_and_grade, summarize
 from greso_jax.checkpoint import Checkpointer, checkpoint_dir, restore_run_state, save_run_state
+from greso_jax.compile_time import compile_seconds
 from greso_jax.configs import validate
 from greso_jax.data.pipeline import PromptPipeline
 from greso_jax.from_config import learner_from_config, rows_from_config, sampling_kwargs, selector_from_config
@@ -167,11 +168,13 @@ class Trainer:
 
     @contextlib.contextmanager
     def _timed(self, name: str):
-        start = time.perf_counter()
+        """Adds the block's wall time to `name` and the part of it spent compiling to `name`_compile."""
+        start, compiling = time.perf_counter(), compile_seconds()
         try:
             yield
         finally:
             self._timers[name] = self._timers.get(name, 0.0) + time.perf_counter() - start
+            self._timers[f"{name}_compile"] = self._timers.get(f"{name}_compile", 0.0) + compile_seconds() - compiling
 
     # -- evaluation ----------------------------------------------------------------------------
 

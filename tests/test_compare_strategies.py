@@ -50,6 +50,14 @@ def test_costs_to_the_target_and_speedups():
     assert table["ds_fixed"]["rollout_share"] == pytest.approx(0.5)
 
 
+def test_compilation_is_taken_out_of_the_times_and_reported_apart():
+    records = _records([0.2, 0.3], 100, 4.0, **{"time/rollout_compile": 1.0, "time/update_compile": 0.5})
+    stats = compare_strategies.run_stats(records)
+    assert stats["compile_s"] == pytest.approx(3.0)  # two steps
+    assert stats["rollout_s"] == pytest.approx(2 * (2.0 - 1.0)) and stats["update_s"] == pytest.approx(2 * 0.5)
+    assert stats["total_s"] == pytest.approx(2 * (4.0 - 1.5))
+
+
 def test_consistency_and_skip_precision_are_pooled_per_run():
     records = _records([0.2, 0.3], 100, 1.0, **{"zero_variance/revisited_easy": 10, "zero_variance/repeated_easy": 9,
                                                 "zero_variance/revisited_hard": 4, "zero_variance/repeated_hard": 4,

@@ -12,7 +12,8 @@ reported apart). Runs go one after the other; a finished run is not launched aga
 runs of one seed share the seed's supervised warm start. `--collect_only` reads finished runs.
 
 The target accuracy is DS-fixed's (the papers' baseline) final mean held-out accuracy minus one
-point. Written to --report_dir (default ROOT): strategies.json, strategies.md (the tables and the
+point. Rollout, update and total times exclude compilation (reported apart, as are evaluation
+and the skip audit). Written to --report_dir (default ROOT): strategies.json, strategies.md (the tables and the
 plots, the command, the machine, the date) and the plots.
 """
 
@@ -113,13 +114,20 @@ def run_curves(records: Sequence[dict]) -> dict[str, list[float]]:
     steps = sorted((r for r in records if r.get("step", 0) > 0), key=lambda r: r["step"])
     cumulative = {"responses": [0.0], "tokens": [0.0], "rollout_s": [0.0], "update_s": [0.0], "step_s": [0.0],
                   "audit_responses": [0.0], "audit_s": [0.0]}
-    keys = {"rollout_s": "time/rollout", "update_s": "time/update", "step_s": "time/step",
-            "audit_responses": "audit/responses", "audit_s": "time/audit"}
+    cumulative["compile_s"] = [0.0]
+    keys = {"rollout_s": ("time/rollout",), "update_s": ("time/update",), "step_s": ("time/step",),
+            "audit_responses": ("audit/responses",), "audit_s": ("time/audit",),
+            "compile_s": ("time/rollout_compile", "time/reward_compile", "time/update_compile")}
+    # Times exclude compilation (a fixed cost per program shape, reported apart as compile_s).
+    compile_part = {"rollout_s": ("time/rollout_compile",), "update_s": ("time/update_compile",),
+                    "step_s": keys["compile_s"]}
     for record in steps:
         cumulative["responses"].append(_number(record, "rollout/num_responses") or cumulative["responses"][-1])
         cumulative["tokens"].append(_number(record, "rollout/num_tokens") or cumulative["tokens"][-1])
-        for name, key in keys.items():
-            cumulative[name].append(cumulative[name][-1] + (_number(record, key) or 0.0))
+        for name, metric_keys in keys.items():
+            spent = sum(_number(record, k) or 0.0 for k in metric_keys)
+            spent -= sum(_number(record, k) or 0.0 for k in compile_part.get(name, ()))
+            cumulative[name].append(cumulative[name][-1] + spent)
     evals = [(int(r["step"]), _number(r, "eval/accuracy")) for r in records if _number(r, "eval/accuracy") is not None]
     eval_time = sum(_number(r, "time/eval") or 0.0 for r in records)
     return {**cumulative, "eval_steps": [s for s, _ in evals], "eval_accuracy": [a for _, a in evals],
@@ -148,6 +156,7 @@ def run_stats(records: Sequence[dict]) -> dict[str, float]:
         "responses": curves["responses"][-1], "tokens": curves["tokens"][-1],
         "rollout_s": curves["rollout_s"][-1], "update_s": curves["update_s"][-1], "total_s": curves["step_s"][-1],
         "eval_s": curves["eval_s"], "audit_s": curves["audit_s"][-1], "audit_responses": curves["audit_responses"][-1],
+        "compile_s": curves["compile_s"][-1],
         "effective_prompts": _mean(records, "selection/effective_prompts"),
         "surplus_groups": _sum(records, "selection/surplus_groups"),
         "update_tokens": _sum(records, "actor/update_tokens"),
@@ -311,13 +320,14 @@ def markdown_tables(result: dict) -> str:
                 ("total_s", BASELINE), ("total_s", ADAPTIVE_DS))]) + " |")
     lines += ["", "**Whole run** (mean ± std over seeds)", "",
               "| strategy | accuracy start | accuracy final | responses | tokens | rollout s | update s | total s | "
-              "rollout share | eval s (apart) | effective prompts/step | surplus groups | update tokens | "
-              "zero-variance ratio |", "|" + "---|" * 14]
+              "rollout share | eval s (apart) | compile s (apart) | effective prompts/step | surplus groups | "
+              "update tokens | zero-variance ratio |", "|" + "---|" * 15]
     for name, r in rows.items():
         pm = lambda k: f"{_cell(r[k])} ± {_cell(r[k + '_std'])}"  # noqa: E731
         lines.append("| " + " | ".join([name, pm("accuracy_start"), pm("accuracy_final"), pm("responses"),
                                         _cell(r["tokens"]), _cell(r["rollout_s"]), _cell(r["update_s"]),
                                         pm("total_s"), _cell(r["rollout_share"]), _cell(r["eval_s"]),
+                                        _cell(r["compile_s"]),
                                         _cell(r["effective_prompts"]), _cell(r["surplus_groups"]),
                                         _cell(r["update_tokens"]), _cell(r["zero_variance_ratio"])]) + " |")
     lines += ["", "**Zero variance from one rollout of a prompt to its next** (P(again | now), pooled per run, "
