@@ -151,14 +151,14 @@ def cached_warmstart(model: Qwen2, pairs, *, cache_dir: str, eos_id: int, pad_id
 def _check_band(band: AccuracyBand, trace: list[tuple[int, float]], steps: int) -> None:
     """Raises WarmStartError unless the last check reached the band without passing it."""
     history = ", ".join(f"{step}: {accuracy:.3f}" for step, accuracy in trace)
-    if trace[-1][1] < band.low:
+    if not trace or trace[-1][1] < band.low:
         raise WarmStartError(
             f"train.warmstart_steps: {steps} supervised steps ended below train.warmstart_accuracy_low={band.low} "
             f"(validation accuracy by step: {history}); allow more steps or lower the band")
     if trace[-1][1] > band.high:
         raise WarmStartError(
-            f"train.warmstart_accuracy_high: validation accuracy passed the band [{band.low}, {band.high}] between "
-            f"two checks (by step: {history}); check more often (train.warmstart_check_every) or widen the band")
+            f"train.warmstart_accuracy_high: validation accuracy rose past the band [{band.low}, {band.high}] "
+            f"between checks (by step: {history}); check more often (train.warmstart_check_every) or widen the band")
 
 
 def _publish(model: Qwen2, record: dict, folder: str) -> None:
