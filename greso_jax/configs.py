@@ -99,9 +99,17 @@ def get_config() -> ml_collections.ConfigDict:
     c.train.weight_decay = 0.01
     c.train.grad_clip = 1.0
     c.train.max_bad_steps = 5
-    c.train.warmstart_steps = 0  # supervised steps before RL (synthetic tasks only)
+    c.train.warmstart_steps = 0  # supervised steps before RL (synthetic tasks only); the maximum under a band
     c.train.warmstart_learning_rate = 1e-3
     c.train.warmstart_batch_size = 64
+    # >0: the warm start stops at the first check whose sampled validation accuracy is >= low, and fails
+    # if that accuracy is above high or warmstart_steps pass first; 0: exactly warmstart_steps
+    c.train.warmstart_accuracy_low = 0.0
+    c.train.warmstart_accuracy_high = 1.0
+    c.train.warmstart_check_every = 50  # supervised steps between accuracy checks
+    c.train.warmstart_validation_rows = 256  # the first training rows, left out of the supervised data
+    c.train.warmstart_validation_samples = 2  # responses per validation row, temperature 1
+    c.train.warmstart_cache_dir = ""  # "" = workdir/warmstart; a shared folder reuses a warm start across runs
     c.train.quiet = False
     c.train.host_check_every_steps = 10  # multi-host: compare selector-state digests across hosts
 
@@ -231,6 +239,12 @@ FIELD_SPECS: dict[str, Spec] = {
     "train.warmstart_steps": Spec(INT, 0),
     "train.warmstart_learning_rate": Spec(FLOAT, 0, low_open=True),
     "train.warmstart_batch_size": Spec(INT, 1),
+    "train.warmstart_accuracy_low": Spec(FLOAT, 0, 1),
+    "train.warmstart_accuracy_high": Spec(FLOAT, 0, 1),
+    "train.warmstart_check_every": Spec(INT, 1),
+    "train.warmstart_validation_rows": Spec(INT, 1),
+    "train.warmstart_validation_samples": Spec(INT, 1),
+    "train.warmstart_cache_dir": Spec(STR),
     "train.quiet": Spec(BOOL),
     "train.host_check_every_steps": Spec(INT, 0),
     "mesh.data": Spec(INT, check=_mesh_axis),
@@ -289,6 +303,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     if (rl.mini_batch_size * rl.group_size) % rl.micro_batch_size:
         raise ConfigError(f"rl.micro_batch_size: {rl.micro_batch_size} must divide the responses of a "
                           f"mini-batch ({rl.mini_batch_size} x {rl.group_size})")
+    _validate_warmstart_band(train, data)
     if data.source in ("parquet", "jsonl") and data.dataset:
         _check_dataset(data)
     elif data.source in ("parquet", "jsonl"):
@@ -304,6 +319,27 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         if config.model.preset not in PRESETS:
             raise ConfigError(f"model.preset: {config.model.preset!r} is not one of {', '.join(PRESETS)}")
     return config
+
+
+def _validate_warmstart_band(train: ml_collections.ConfigDict, data: ml_collections.ConfigDict) -> None:
+    """A band needs low <= high, a maximum of steps holding a check, and training rows beside its validation rows."""
+    if not train.warmstart_accuracy_low:
+        if train.warmstart_accuracy_high != 1.0:
+            raise ConfigError("train.warmstart_accuracy_high: the band is off; set train.warmstart_accuracy_low > 0 "
+                              "to stop the warm start on it")
+        return
+    if train.warmstart_accuracy_high < train.warmstart_accuracy_low:
+        raise ConfigError(f"train.warmstart_accuracy_high: must be >= train.warmstart_accuracy_low "
+                          f"({train.warmstart_accuracy_low}), got {train.warmstart_accuracy_high}")
+    if not train.warmstart_steps:
+        raise ConfigError("train.warmstart_steps: must be > 0 with train.warmstart_accuracy_low set (it is the "
+                          "band's maximum)")
+    if train.warmstart_check_every > train.warmstart_steps:
+        raise ConfigError(f"train.warmstart_check_every: {train.warmstart_check_every} is more than "
+                          f"train.warmstart_steps ({train.warmstart_steps}, the band's maximum): no check would run")
+    if data.source == "arith" and train.warmstart_validation_rows >= data.arith_num_train:
+        raise ConfigError(f"train.warmstart_validation_rows: {train.warmstart_validation_rows} must be fewer than "
+                          f"data.arith_num_train ({data.arith_num_train}): the rest are the supervised data")
 
 
 def _validate_selection(sel: ml_collections.ConfigDict, group_size: int, seed: int) -> None:

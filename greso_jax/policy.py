@@ -1,23 +1,28 @@
 """Builds the tokenizer and the policy from a config.
 
 Training starts from a Hugging Face folder or from a preset trained from scratch with a cached
-supervised warm start; evaluation loads a Hugging Face folder or the parameters of a run's checkpoint.
+supervised warm start (fixed steps, or stopped on a sampled-accuracy band); evaluation loads a
+Hugging Face folder or the parameters of a run's checkpoint.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 
 import jax
 from flax import nnx
 
+from greso_jax.benchmark_scoring import EVAL_SEED_OFFSET, sample_and_grade
 from greso_jax.checkpoint import restore_params
 from greso_jax.data import arith
 from greso_jax.data.prompts import format_prompt
 from greso_jax.models import (PRESETS, CharTokenizer, HFTokenizer, ModelConfig, abstract_model, from_pretrained,
                               init_model, param_shardings, place_on_mesh)
 from greso_jax.models.weights import read_model_config
-from greso_jax.warmstart import cached_warmstart
+from greso_jax.rewards.pool import GradingPool
+from greso_jax.warmstart import AccuracyBand, cached_warmstart
 
 
 def build_tokenizer(config):
@@ -40,10 +45,11 @@ def model_config(config) -> ModelConfig:
     return PRESETS[m.preset].replace(dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat)
 
 
-def build_policy(config, tokenizer, train_rows, workdir: str, mesh, log=print):
+def build_policy(config, tokenizer, train_rows, workdir: str, mesh, log=print, report: dict | None = None):
     """The policy a run starts from, placed on `mesh`: model.path's weights, else the preset
     initialised from config.seed and, for arithmetic with train.warmstart_steps, supervised on
-    `train_rows`' solutions (cached under workdir/warmstart)."""
+    `train_rows`' solutions (cached under train.warmstart_cache_dir, "" = workdir/warmstart). With
+    train.warmstart_accuracy_low set, `report` receives warmstart/steps and warmstart/accuracy."""
     m = config.model
     if m.path:
         return from_pretrained(m.path, dtype=m.dtype, mesh=mesh, param_dtype=m.param_dtype, remat=m.remat)
@@ -54,15 +60,45 @@ def build_policy(config, tokenizer, train_rows, workdir: str, mesh, log=print):
     model = init_model(cfg, seed=config.seed)
     t = config.train
     if t.warmstart_steps and config.data.source == "arith":
+        band = t.warmstart_accuracy_low > 0
+        # The band's validation rows are the first training rows, left out of the supervised data so
+        # that the check measures generalisation as the held-out evaluation does, without reading it.
+        split = t.warmstart_validation_rows if band else 0
         pairs = [(tokenizer.encode(format_prompt(row, config.data.prompt_template, tokenizer)),
-                  tokenizer.encode(arith.solution_text(row))) for row in train_rows]
+                  tokenizer.encode(arith.solution_text(row))) for row in train_rows[split:]]
         width = max(len(p) + len(s) + 1 for p, s in pairs)
-        model = cached_warmstart(model, pairs, cache_dir=os.path.join(workdir, "warmstart"),
-                                 eos_id=tokenizer.eos_ids[0], pad_id=tokenizer.pad_id, width=width,
-                                 steps=t.warmstart_steps, batch_size=t.warmstart_batch_size,
-                                 learning_rate=t.warmstart_learning_rate, seed=config.seed, log=log,
-                                 write_cache=jax.process_index() == 0)
+        model, record = cached_warmstart(
+            model, pairs, cache_dir=t.warmstart_cache_dir or os.path.join(workdir, "warmstart"),
+            eos_id=tokenizer.eos_ids[0], pad_id=tokenizer.pad_id, width=width, steps=t.warmstart_steps,
+            batch_size=t.warmstart_batch_size, learning_rate=t.warmstart_learning_rate, seed=config.seed,
+            band=accuracy_band(config, tokenizer, train_rows[:split]) if band else None, log=log,
+            write_cache=jax.process_index() == 0)
+        if band and report is not None:
+            report.update({"warmstart/steps": record["steps"], "warmstart/accuracy": record["accuracy"]})
     return place_on_mesh(model, mesh)
+
+
+def accuracy_band(config, tokenizer, rows) -> AccuracyBand:
+    """train.warmstart_accuracy_low/high checked every train.warmstart_check_every steps: the mean
+    correctness of train.warmstart_validation_samples responses per row of `rows`, sampled at
+    temperature 1 within sampling.max_new_tokens and graded as evaluation grades them."""
+    t, d, s = config.train, config.data, config.sampling
+    settings = {"rows": hashlib.sha256(json.dumps([(r.question, r.ground_truth) for r in rows]).encode()).hexdigest(),
+                "samples": t.warmstart_validation_samples, "temperature": 1.0, "max_new_tokens": s.max_new_tokens,
+                "template": d.prompt_template, "max_prompt_length": d.max_prompt_length,
+                "seed": config.seed + EVAL_SEED_OFFSET}  # the evaluation's sampling stream, on other rows
+
+    def measure(model) -> float:
+        with GradingPool(num_workers=0, timeout_s=d.grading_timeout_s, shaping=d.reward_shaping) as pool:
+            correct = sample_and_grade(
+                model, tokenizer, rows, template=d.prompt_template, num_samples=settings["samples"],
+                temperature=settings["temperature"], top_p=1.0, max_new_tokens=s.max_new_tokens,
+                seed=settings["seed"], pool=pool, max_prompt_length=d.max_prompt_length,
+                prompt_buckets=tuple(s.prompt_length_buckets), row_buckets=tuple(s.row_buckets))
+        return float(correct.mean())
+
+    return AccuracyBand(low=t.warmstart_accuracy_low, high=t.warmstart_accuracy_high,
+                        check_every=t.warmstart_check_every, measure=measure, settings=settings)
 
 
 def load_policy(config, mesh, *, workdir: str = "", step: int | None = None):

@@ -59,7 +59,9 @@ class Trainer:
         if not self.eval_sets:
             self.log(f"no evaluation sets for data.source={c.data.source!r} (eval.benchmarks="
                      f"{list(c.eval.benchmarks)}): held-out accuracy is not measured")
-        self.model = build_policy(c, self.tokenizer, self.train_rows, self.workdir, self.mesh, log=self.log)
+        self.warmstart = {}  # warmstart/steps and warmstart/accuracy of a banded warm start, written with step 0
+        self.model = build_policy(c, self.tokenizer, self.train_rows, self.workdir, self.mesh, log=self.log,
+                                  report=self.warmstart)
         self.learner = learner_from_config(self.model, c, self.mesh)
         self.selector = selector_from_config(c, num_prompts=max(r.prompt_id for r in self.train_rows) + 1)
         self.pipeline = PromptPipeline(
@@ -239,7 +241,7 @@ class Trainer:
         try:
             if start_step == 0:
                 first_eval = self.evaluate(0)
-                writer.write(0, first_eval | self.counters)
+                writer.write(0, first_eval | self.counters | self.warmstart)
                 self.log(f"step 0: held-out accuracy {first_eval['eval/accuracy']:.3f}")
             self._loop(start_step, writer, progress)
         finally:  # also on errors: finish pending checkpoint writes, stop the grading workers

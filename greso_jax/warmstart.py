@@ -1,18 +1,22 @@
-"""Supervised warm start of a from-scratch policy on (prompt, solution) pairs, cached in the workdir.
+"""Supervised warm start of a from-scratch policy on (prompt, solution) pairs, cached in a folder.
 
 RL needs a policy that sometimes succeeds: the embedded default trains its tiny model from
-random weights, so a short supervised phase brings it to partial competence first. The
+random weights, so a short supervised phase brings it to partial competence first. It runs a
+fixed number of steps, or stops on an `AccuracyBand` (docs/design.md, "Warm start"). The
 result is saved as a Hugging Face folder named by a digest of everything it depends on, and
 reused when the same settings ask for it again (a run with other settings adds a folder
-instead of replacing the one an earlier run used).
+instead of replacing the one an earlier run used; runs may share the cache folder).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
-from typing import Sequence
+import shutil
+import tempfile
+from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -21,6 +25,23 @@ import optax
 from flax import nnx
 
 from greso_jax.models import Qwen2, from_pretrained, save_pretrained
+from greso_jax.specs import ConfigError
+
+
+class WarmStartError(ConfigError):
+    """The warm start ended outside its accuracy band; the message names the field to change."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AccuracyBand:
+    """Stop at the first check (every `check_every` steps) whose `measure(model)` is >= `low`; that
+    accuracy must be <= `high`. `settings` (what `measure` depends on) joins the cache key."""
+
+    low: float
+    high: float
+    check_every: int
+    measure: Callable[[Qwen2], float]  # deterministic: the same weights give the same accuracy
+    settings: dict
 
 
 def pack_examples(pairs: Sequence[tuple[list[int], list[int]]], eos_id: int, pad_id: int, width: int):
@@ -47,9 +68,11 @@ def _loss(model: Qwen2, ids, mask):
 
 
 def supervised_train(model: Qwen2, ids: np.ndarray, mask: np.ndarray, *, steps: int, batch_size: int,
-                     learning_rate: float, seed: int) -> list[float]:
-    """Teacher-forced cross entropy on the masked tokens with AdamW; updates `model` in place.
-    Returns the loss of every step."""
+                     learning_rate: float, seed: int, stop: Callable[[Qwen2, int], bool] | None = None) -> list[float]:
+    """Teacher-forced cross entropy on the masked tokens with AdamW for at most `steps` steps; updates
+    `model` in place. `stop(model, step)` runs after each step (counted from 1) and ends training when
+    it returns True; the schedule always spans `steps`, so stopping at step s leaves the weights a
+    longer run had at s. Returns the loss of every step taken."""
     optimizer = nnx.Optimizer(model, optax.adamw(optax.warmup_cosine_decay_schedule(
         0.0, learning_rate, max(1, steps // 20), max(steps, 2), learning_rate * 0.1), weight_decay=0.01),
         wrt=nnx.Param)
@@ -62,9 +85,11 @@ def supervised_train(model: Qwen2, ids: np.ndarray, mask: np.ndarray, *, steps: 
 
     order = np.random.default_rng(seed)
     losses = []
-    for _ in range(steps):
+    for step in range(1, steps + 1):
         rows = order.integers(0, len(ids), batch_size)
         losses.append(float(step_fn(model, optimizer, jnp.asarray(ids[rows]), jnp.asarray(mask[rows]))))
+        if stop is not None and stop(model, step):
+            break
     return losses
 
 
@@ -74,30 +99,81 @@ def warmstart_folder(cache_dir: str, key: dict) -> str:
 
 
 def cached_warmstart(model: Qwen2, pairs, *, cache_dir: str, eos_id: int, pad_id: int, width: int, steps: int,
-                     batch_size: int, learning_rate: float, seed: int, log=print, write_cache: bool = True) -> Qwen2:
-    """Returns the warm-started model, from `warmstart_folder(cache_dir, key)` when a run with the same
-    settings wrote it. Training is deterministic, so on several hosts each trains its own identical
-    copy and only one (`write_cache`) writes the cache."""
+                     batch_size: int, learning_rate: float, seed: int, band: AccuracyBand | None = None, log=print,
+                     write_cache: bool = True) -> tuple[Qwen2, dict]:
+    """Returns the warm-started model and its record (final_loss, steps; with a band also the accuracy
+    it stopped at and the (step, accuracy) trace of its checks), from `warmstart_folder(cache_dir, key)`
+    when a run with the same settings wrote it. Training is deterministic, so on several hosts each
+    trains its own identical copy and only one (`write_cache`) writes the cache. Raises WarmStartError
+    when a band's run ends outside it."""
     key = {"steps": steps, "batch_size": batch_size, "learning_rate": learning_rate, "seed": seed,
            "width": width, "model": repr(model.cfg),
            "data": hashlib.sha256(json.dumps([list(map(list, p)) for p in pairs]).encode()).hexdigest()}
-    cache_dir = warmstart_folder(cache_dir, key)
-    key_path = os.path.join(cache_dir, "warmstart.json")
+    if band is not None:  # absent without a band, so fixed-step warm starts keep their folders
+        key["band"] = {"low": band.low, "high": band.high, "check_every": band.check_every, **band.settings}
+    folder = warmstart_folder(cache_dir, key)
+    key_path = os.path.join(folder, "warmstart.json")
     if os.path.exists(key_path):
         with open(key_path) as f:
-            if json.load(f).get("key") == key:
-                log(f"warm start: reusing {cache_dir}")
-                return from_pretrained(cache_dir, dtype=model.cfg.dtype, param_dtype=model.cfg.param_dtype,
-                                       remat=model.cfg.remat)
+            saved = json.load(f)
+        if saved.get("key") == key:
+            log(f"warm start: reusing {folder}" + (f" (validation accuracy {saved['accuracy']:.3f} at step "
+                                                   f"{saved['steps']})" if band is not None else ""))
+            record = {k: v for k, v in saved.items() if k != "key"}
+            return from_pretrained(folder, dtype=model.cfg.dtype, param_dtype=model.cfg.param_dtype,
+                                   remat=model.cfg.remat), record
     ids, mask = pack_examples(pairs, eos_id, pad_id, width)
-    log(f"warm start: {steps} supervised steps on {len(pairs)} examples")
-    losses = supervised_train(model, ids, mask, steps=steps, batch_size=batch_size,
-                              learning_rate=learning_rate, seed=seed)
+    log(f"warm start: {'at most ' if band is not None else ''}{steps} supervised steps on {len(pairs)} examples")
+    trace: list[tuple[int, float]] = []
+
+    def reached_band(model, step: int) -> bool:
+        if step % band.check_every:
+            return False
+        trace.append((step, band.measure(model)))
+        log(f"warm start: step {step}, validation accuracy {trace[-1][1]:.3f}")
+        return trace[-1][1] >= band.low
+
+    losses = supervised_train(model, ids, mask, steps=steps, batch_size=batch_size, learning_rate=learning_rate,
+                              seed=seed, stop=reached_band if band is not None else None)
     if not np.isfinite(losses[-1]):
         raise FloatingPointError(f"warm start diverged: final loss {losses[-1]}")
+    record = {"final_loss": losses[-1], "steps": len(losses)}
+    if band is not None:
+        _check_band(band, trace, steps)
+        record.update(accuracy=trace[-1][1], trace=trace)
     if write_cache:
-        save_pretrained(model, cache_dir)
-        with open(key_path, "w") as f:  # written last: its presence means the weights are complete
-            json.dump({"key": key, "final_loss": losses[-1]}, f)
-    log(f"warm start: final loss {losses[-1]:.4f}")
-    return model
+        _publish(model, {"key": key, **record}, folder)
+    log(f"warm start: final loss {losses[-1]:.4f}" + (f", stopped at step {len(losses)} with validation accuracy "
+                                                      f"{trace[-1][1]:.3f}" if band is not None else ""))
+    return model, record
+
+
+def _check_band(band: AccuracyBand, trace: list[tuple[int, float]], steps: int) -> None:
+    """Raises WarmStartError unless the last check reached the band without passing it."""
+    history = ", ".join(f"{step}: {accuracy:.3f}" for step, accuracy in trace)
+    if not trace or trace[-1][1] < band.low:
+        raise WarmStartError(
+            f"train.warmstart_steps: {steps} supervised steps ended below train.warmstart_accuracy_low={band.low} "
+            f"(validation accuracy by step: {history}); allow more steps or lower the band")
+    if trace[-1][1] > band.high:
+        raise WarmStartError(
+            f"train.warmstart_accuracy_high: validation accuracy rose past the band [{band.low}, {band.high}] "
+            f"between checks (by step: {history}); check more often (train.warmstart_check_every) or widen the band")
+
+
+def _publish(model: Qwen2, record: dict, folder: str) -> None:
+    """Writes the folder under a temporary name and renames it into place, so that runs sharing the
+    cache never read a half-written one; when another run published the same key first (identical
+    weights, training is deterministic), this copy is discarded."""
+    parent = os.path.dirname(folder)
+    os.makedirs(parent, exist_ok=True)
+    partial = tempfile.mkdtemp(prefix=os.path.basename(folder) + ".partial-", dir=parent)
+    save_pretrained(model, partial)
+    with open(os.path.join(partial, "warmstart.json"), "w") as f:
+        json.dump(record, f)
+    if os.path.isdir(folder) and not os.path.exists(os.path.join(folder, "warmstart.json")):
+        shutil.rmtree(folder)  # left by a writer killed before this code renamed folders into place
+    try:
+        os.rename(partial, folder)
+    except OSError:  # the folder exists: another run published it first
+        shutil.rmtree(partial)

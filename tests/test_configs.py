@@ -15,6 +15,13 @@ def test_base_config_validates():
     validate(get_config())
 
 
+def test_a_warm_start_band_validates():
+    config = get_config()
+    config.train.update(warmstart_steps=100, warmstart_accuracy_low=0.25, warmstart_accuracy_high=0.35,
+                        warmstart_check_every=50)
+    validate(config)
+
+
 BAD_CASES = [
     ("selection.greso.delta_p", -1.0),
     ("selection.greso.delta_p", "0.01"),
@@ -37,6 +44,13 @@ BAD_CASES = [
     ("seed", True),
     ("data.source", "csv"),
     ("checkpoint.keep", 0),
+    ("train.warmstart_accuracy_low", 1.5),
+    ("train.warmstart_accuracy_low", -0.1),
+    ("train.warmstart_accuracy_high", 1.2),
+    ("train.warmstart_check_every", 0),
+    ("train.warmstart_validation_rows", 0),
+    ("train.warmstart_validation_samples", 0),
+    ("train.warmstart_cache_dir", None),
 ]
 
 
@@ -61,6 +75,13 @@ def test_cross_field_checks_name_the_field(tmp_path):
         ({"data.source": "parquet", "data.path": str(tmp_path / "missing.parquet")}, "data.path"),
         ({"model.path": str(tmp_path / "no-model")}, "model.path"),
         ({"selection.strategy": "aero", "selection.aero.n_explore": 16}, "selection.aero.n_explore"),
+        ({"train.warmstart_steps": 100, "train.warmstart_accuracy_low": 0.4, "train.warmstart_accuracy_high": 0.3},
+         "train.warmstart_accuracy_high"),
+        ({"train.warmstart_accuracy_high": 0.5}, "train.warmstart_accuracy_high"),  # a band without its low end
+        ({"train.warmstart_accuracy_low": 0.3}, "train.warmstart_steps"),  # no maximum
+        ({"train.warmstart_steps": 40, "train.warmstart_accuracy_low": 0.3}, "train.warmstart_check_every"),
+        ({"train.warmstart_steps": 100, "train.warmstart_accuracy_low": 0.3, "data.arith_num_train": 256},
+         "train.warmstart_validation_rows"),
     ]
     for overrides, field in cases:
         config = get_config()
