@@ -9,7 +9,7 @@ with the same config for all (extra --config.* flags go to every run; the varian
 Dynamic Sampling with the papers' fixed passes); GRESO runs also roll out a
 random 10% of the prompts they skip (eval.skip_audit_fraction, never trained on, its cost
 reported apart). Runs go one after the other; a finished run is not launched again, and the
-runs of one seed share the seed's supervised warm start. `--collect_only` reads finished runs.
+runs of one seed share the seed's supervised warm start (train.warmstart_cache_dir = ROOT/warmstart). `--collect_only` reads finished runs.
 
 The target accuracy is DS-fixed's (the papers' baseline) final mean held-out accuracy minus one
 point. Rollout, update and total times exclude compilation (reported apart, as are evaluation
@@ -37,7 +37,7 @@ if REPO_ROOT not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, REPO_ROOT)
 
 from experiments.bench import selection_sim  # noqa: E402
-from experiments.sweep import absolute_config, is_finished, run_logged, share_warmstart, train_command  # noqa: E402
+from experiments.sweep import absolute_config, is_finished, run_logged, train_command  # noqa: E402
 from greso_jax.metrics import read_lines  # noqa: E402
 from greso_jax.selection import resolve_strategy, training_strategy_names  # noqa: E402
 
@@ -86,15 +86,14 @@ def run_all(config_file: str, variants: Sequence[str], seeds: Sequence[int], roo
     """Runs every unfinished (variant, seed) one after the other, seed by seed; returns the failed ones."""
     failed = []
     for seed in seeds:
-        workdirs = [run_dir(root, v, seed) for v in variants]
-        for variant, workdir in zip(variants, workdirs):
+        for variant in variants:
+            workdir = run_dir(root, variant, seed)
             name = f"{variant}/seed{seed}"
             if is_finished(workdir):
                 log(f"{name}: finished earlier, not launched again")
                 continue
-            os.makedirs(workdir, exist_ok=True)
-            share_warmstart(workdirs, workdir)
             config, run_overrides = run_arguments(config_file, variant, seed, overrides)
+            run_overrides.append(f"--config.train.warmstart_cache_dir={os.path.join(os.path.abspath(root), 'warmstart')}")
             command = train_command(config, workdir, run_overrides)
             if not run_logged(command, workdir, name, log=log):
                 failed.append(name)
@@ -167,6 +166,9 @@ def run_stats(records: Sequence[dict]) -> dict[str, float]:
                                   _sum(records, "zero_variance/revisited_hard")),
         "skips_easy": _sum(records, "selection/skipped_easy"), "skips_hard": _sum(records, "selection/skipped_hard"),
     }
+    first = next((r for r in records if r.get("step") == 0), {})
+    stats["warmstart_steps"] = _number(first, "warmstart/steps") or float("nan")
+    stats["warmstart_accuracy"] = _number(first, "warmstart/accuracy") or float("nan")
     stats["rollout_share"] = ratio(stats["rollout_s"], stats["total_s"])
     for kind in ("easy", "hard"):
         audited = _sum(records, f"audit/{kind}_skips")
@@ -339,6 +341,14 @@ def markdown_tables(result: dict) -> str:
         lines.append("| " + " | ".join([name] + [_cell(r[k]) for k in (
             "consistency_easy", "consistency_hard", "skips_easy", "skips_hard", "audited_easy", "audited_hard",
             "skip_precision_easy", "skip_precision_hard", "skip_precision", "audit_responses", "audit_s")]) + " |")
+    per_run = result["per_run"]
+    seeds = sorted({int(seed) for runs in per_run.values() for seed in runs})
+    lines += ["", "**Where each seed starts RL** (the warm start stops on its validation accuracy band)", "",
+              "| seed | warm-start steps | validation accuracy at stop | held-out accuracy at step 0 |", "|---|---|---|---|"]
+    for seed in seeds:
+        stats = next(runs[str(seed)] for runs in per_run.values() if str(seed) in runs)
+        lines.append(f"| {seed} | {_cell(stats['warmstart_steps'])} | {_cell(stats['warmstart_accuracy'])} | "
+                     f"{_cell(stats['accuracy_start'])} |")
     return "\n".join(lines)
 
 
