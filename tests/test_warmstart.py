@@ -44,6 +44,7 @@ def _published(cache_dir):
     return sorted(p for p in os.listdir(cache_dir) if os.path.exists(os.path.join(cache_dir, p, "warmstart.json")))
 
 
+@pytest.mark.slow  # three warm starts, each compiling its training step (~15-25 s)
 def test_band_stops_at_the_first_check_reaching_low_and_is_reused_only_with_its_key(tmp_path):
     measure, calls = _scripted([0.1, 0.2, 0.3, 0.4])
     band = AccuracyBand(low=0.25, high=0.35, check_every=3, measure=measure, settings={"rows": "r"})
