@@ -3,7 +3,7 @@
 Importing this package registers every built-in strategy in `STRATEGIES`, in this order.
 """
 
-from greso_jax.selection import vanilla, dynamic_sampling, greso, aero, oracle  # noqa: F401  (registers)
+from greso_jax.selection import vanilla, dynamic_sampling, greso, aero, posterior, oracle  # noqa: F401  (registers)
 from greso_jax.selection.aero import AeroSelector, AeroSettings
 from greso_jax.selection.base import (OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_MIXED, OUTCOME_NONE,
                                       MaxPassesReached, PassConfig, Selector, StrategySettings)
@@ -13,6 +13,7 @@ from greso_jax.selection.greso import GresoSelector, GresoSettings
 from greso_jax.selection.groups import Group, PassRequest, PulledPrompts, ScoredPass
 from greso_jax.selection.oracle import OracleSelector
 from greso_jax.selection.pass_sizing import next_pass_size
+from greso_jax.selection.posterior import PosteriorSelector, PosteriorSettings
 from greso_jax.selection.registry import (ALIASES, STRATEGIES, default_settings, make_selector, register_strategy,
                                           resolve_strategy, settings_of, training_strategies,
                                           training_strategy_names)
@@ -21,7 +22,7 @@ from greso_jax.selection.vanilla import VanillaSelector
 __all__ = [
     "ALIASES", "AeroSelector", "AeroSettings", "DynamicSamplingSelector", "Group", "GresoSelector", "GresoSettings",
     "MaxPassesReached", "OUTCOME_ALL_CORRECT", "OUTCOME_ALL_INCORRECT", "OUTCOME_MIXED", "OUTCOME_NONE", "OracleSelector",
-    "PassConfig", "PassRequest", "PulledPrompts", "STRATEGIES", "ScoredPass", "Selector", "StepResult",
+    "PassConfig", "PassRequest", "PosteriorSelector", "PosteriorSettings", "PulledPrompts", "STRATEGIES", "ScoredPass", "Selector", "StepResult",
     "StrategySettings", "VanillaSelector", "default_settings", "make_selector", "next_pass_size",
     "register_strategy", "resolve_strategy", "run_selection_step", "settings_of", "training_strategies",
     "training_strategy_names",

@@ -1,0 +1,203 @@
+"""Posterior selector: a decayed Beta-binomial posterior of each prompt's success rate predicts whether
+its next group is zero-variance; predicted ones are skipped, behind a threshold tuned toward a target.
+
+Choices (docs/design.md, "Posterior"):
+- Evidence: per prompt, decayed counts of correct and incorrect responses, float32 each (8 bytes
+  per prompt). At each new rollout of a prompt its earlier counts are multiplied by `decay`
+  before the new group's are added, so a prompt the policy has moved on from is re-learnt in one
+  or two rollouts; decay 1 never forgets.
+- Posterior: Beta(prior_alpha + correct, prior_beta + incorrect). The chance that the next group
+  of G responses is zero-variance is E[p^G + (1-p)^G] under it, which for a Beta is a product of
+  G ratios (no sampling): E[p^G] = prod_{i<G} (a+i)/(a+b+i). A prompt never rolled out has the
+  prior's chance (2/(G+1) for the uniform prior), below any useful threshold: it is kept.
+- Keep rule: probability 1 when the predicted chance is below the threshold, else `explore`,
+  the floor that keeps re-testing skipped prompts (a prompt's prediction only changes when it is
+  rolled out). Draws are counter-based, keyed by (seed, stream, step) x (prompt, occurrence
+  epoch), as GRESO's, so resume and every host decide the same.
+- Threshold: one global value, moved by `threshold_step` after each step toward the target
+  zero-variance ratio of the rolled-out groups (down: skip more when the step saw more
+  zero-variance than the target). It moves only after a step in which most rolled-out prompts
+  had evidence before their rollout: while candidates have no history the threshold cannot act,
+  and moving it would only wind it up.
+- Pass size: from the prediction, not from the last pass. The stream yields prompts in a random
+  order, so the expected share of informative groups among the prompts it will keep is the
+  keep-weighted mean of 1 - chance over all prompts, corrected by the running ratio of observed
+  to predicted informative groups (the prediction's calibration, 1 until measured). A pass pulls
+  ceil(missing / rate * pass_margin) prompts, between selection.min_pass_size and
+  max_pass_factor x train_batch_size. The first pass of a step is sized the same way (not
+  selection.rollout_batch_size).
+- Filtering: groups without reward variance are dropped after rollout, as Dynamic Sampling does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+from greso_jax.selection import counter_rng
+from greso_jax.selection.base import PassConfig, StrategySettings, check_prompt_ids
+from greso_jax.selection.dynamic_sampling import DynamicSamplingSelector
+from greso_jax.selection.groups import Group, PassRequest
+from greso_jax.selection.registry import register_strategy
+from greso_jax.specs import FLOAT, ConfigError, Spec, field
+
+_KEEP_STREAM = 3  # counter_rng stream id of the keep decisions (GRESO uses 1)
+_UNIT = Spec(FLOAT, 0, 1)
+_CALIBRATION_MEMORY = 0.8  # weight of earlier passes in the running observed / predicted ratio
+
+
+@dataclasses.dataclass(frozen=True)
+class PosteriorSettings(StrategySettings):
+    """`selection.posterior.*`: the posterior, the skip rule, its threshold and pass sizing."""
+
+    prior_alpha: float = field(1.0, Spec(FLOAT, 0, low_open=True), "Beta prior pseudo-count of correct responses")
+    prior_beta: float = field(1.0, Spec(FLOAT, 0, low_open=True), "Beta prior pseudo-count of incorrect responses")
+    decay: float = field(0.5, _UNIT, "weight a prompt's earlier evidence keeps at each new rollout of it "
+                         "(1: never forget)")
+    explore: float = field(0.02, _UNIT, "keep probability of a prompt predicted zero-variance (re-exploration)")
+    threshold: float = field(0.5, _UNIT, "initial skip threshold on the predicted chance of a zero-variance group")
+    threshold_step: float = field(0.02, _UNIT, "change of the threshold after a step (the main ablation knob)")
+    threshold_min: float = field(0.05, _UNIT, "lower clamp of the threshold")
+    target_zero_variance: float = field(0.1, _UNIT, "zero-variance ratio of rolled-out groups the threshold "
+                                        "aims at")
+    pass_margin: float = field(1.1, Spec(FLOAT, 1), "over-provisioning of a pass over its predicted need")
+    max_pass_factor: float = field(4.0, Spec(FLOAT, 1), "largest pass, in multiples of train_batch_size")
+
+    def check_relations(self, prefix: str) -> None:
+        if not self.threshold_min <= self.threshold:
+            raise ConfigError(f"{prefix}.threshold: {self.threshold} is below {prefix}.threshold_min "
+                              f"{self.threshold_min}")
+
+
+def zero_variance_chance(alpha: np.ndarray, beta: np.ndarray, group_size: int) -> np.ndarray:
+    """E[p^G + (1-p)^G] for p ~ Beta(alpha, beta): the chance that G responses are all correct or all
+    incorrect. alpha, beta float [N] (> 0); returns float64 [N]."""
+    a, b = np.asarray(alpha, np.float64)[:, None], np.asarray(beta, np.float64)[:, None]
+    i = np.arange(group_size, dtype=np.float64)[None, :]
+    return np.prod((a + i) / (a + b + i), axis=1) + np.prod((b + i) / (a + b + i), axis=1)
+
+
+@register_strategy("posterior")
+class PosteriorSelector(DynamicSamplingSelector):
+    """Skips prompts whose decayed Beta posterior predicts a zero-variance group (module docstring)."""
+
+    Settings = PosteriorSettings
+
+    def __init__(self, num_prompts: int, *, prior_alpha: float = 1.0, prior_beta: float = 1.0, decay: float = 0.5,
+                 explore: float = 0.02, threshold: float = 0.5, threshold_step: float = 0.02,
+                 threshold_min: float = 0.05, target_zero_variance: float = 0.1, pass_margin: float = 1.1,
+                 max_pass_factor: float = 4.0, group_size: int = 8, pass_config: PassConfig | None = None,
+                 seed: int = 0):
+        super().__init__(num_prompts, pass_sizing="adaptive", group_size=group_size, pass_config=pass_config,
+                         seed=seed)
+        self.settings = PosteriorSettings(
+            prior_alpha=prior_alpha, prior_beta=prior_beta, decay=decay, explore=explore, threshold=threshold,
+            threshold_step=threshold_step, threshold_min=threshold_min, target_zero_variance=target_zero_variance,
+            pass_margin=pass_margin, max_pass_factor=max_pass_factor).checked("selection.posterior")
+        self.threshold = float(self.settings.threshold)
+        self.calibration = 1.0  # running observed / predicted informative groups
+        self.correct = np.zeros(self.num_prompts, np.float32)  # decayed evidence
+        self.incorrect = np.zeros(self.num_prompts, np.float32)
+        self.step_informed = 0  # rolled-out groups whose prompt had evidence before the rollout
+        self._train_batch_size = 1  # set by each step's first_pass
+
+    # -- prediction ----------------------------------------------------------------------------
+
+    def zero_variance_chances(self, prompt_ids) -> np.ndarray:
+        """Predicted chance that each prompt's next group is zero-variance, float64 [N]."""
+        ids = check_prompt_ids(prompt_ids, self.num_prompts, "posterior.zero_variance_chances")
+        s = self.settings
+        return zero_variance_chance(s.prior_alpha + self.correct[ids], s.prior_beta + self.incorrect[ids],
+                                    self.group_size)
+
+    def keep_probabilities(self, prompt_ids) -> np.ndarray:
+        """Keep probability per prompt, float64 [N]: 1 below the threshold, `explore` at or above it."""
+        return np.where(self.zero_variance_chances(prompt_ids) < self.threshold, 1.0, self.settings.explore)
+
+    def should_keep(self, prompt_ids, epochs=None) -> np.ndarray:
+        ids = check_prompt_ids(prompt_ids, self.num_prompts, "posterior.should_keep")
+        occurrence = np.full(ids.shape, self.epoch, np.int64) if epochs is None else np.asarray(epochs, np.int64)
+        if occurrence.shape != ids.shape:
+            raise ValueError(f"posterior.should_keep: epochs shape {occurrence.shape} != prompt_ids shape {ids.shape}")
+        draws = counter_rng.uniform(counter_rng.scalar_key(self.seed, _KEEP_STREAM, self.step), ids, occurrence)
+        return draws < self.keep_probabilities(ids)
+
+    def predicted_informative_rate(self) -> float:
+        """Expected share of informative groups among the prompts the stream will keep next, calibrated."""
+        ids = np.arange(self.num_prompts)
+        chances = self.zero_variance_chances(ids)
+        keep = np.where(chances < self.threshold, 1.0, self.settings.explore)
+        informative = np.sum(keep * (1.0 - chances)) / max(np.sum(keep), 1e-12)
+        return float(np.clip(informative * self.calibration, 1e-3, 1.0))
+
+    # -- the step shape ------------------------------------------------------------------------
+
+    def _pass_size(self, missing: int, train_batch_size: int) -> int:
+        wanted = math.ceil(missing * self.settings.pass_margin / self.predicted_informative_rate())
+        largest = max(self.pass_config.min_pass_size, math.ceil(self.settings.max_pass_factor * train_batch_size))
+        return min(max(wanted, self.pass_config.min_pass_size), largest)
+
+    def first_pass(self, train_batch_size: int) -> PassRequest:
+        self._train_batch_size = train_batch_size
+        return PassRequest(num_samples=self.group_size, pull=self._pass_size(train_batch_size, train_batch_size))
+
+    def follow_up_pass_size(self, remaining: int, last_pass: list[Group]) -> int:
+        return self._pass_size(remaining, self._train_batch_size)
+
+    # -- history -------------------------------------------------------------------------------
+
+    def _classify_skipped(self, ids: np.ndarray) -> tuple[int, int]:
+        s = self.settings
+        mean = (s.prior_alpha + self.correct[ids]) / (s.prior_alpha + s.prior_beta + self.correct[ids]
+                                                      + self.incorrect[ids])
+        return int(np.count_nonzero(mean > 0.5)), int(np.count_nonzero(mean <= 0.5))
+
+    def _update_history(self, ids, num_correct, num_samples, easy, hard) -> None:
+        # Calibration: what the posterior predicted for these groups against what they were.
+        chances = self.zero_variance_chances(ids)
+        self.step_informed += int(np.count_nonzero((self.correct[ids] + self.incorrect[ids]) > 0))
+        predicted = float(np.sum(1.0 - chances))
+        observed = float(np.count_nonzero(~(easy | hard)))
+        if predicted > 0:
+            m = _CALIBRATION_MEMORY
+            self.calibration = m * self.calibration + (1 - m) * observed / predicted
+        decay = np.float32(self.settings.decay)
+        for row, prompt in enumerate(ids):  # in rollout order: a prompt may appear twice in one call
+            self.correct[prompt] = decay * self.correct[prompt] + num_correct[row]
+            self.incorrect[prompt] = decay * self.incorrect[prompt] + (num_samples[row] - num_correct[row])
+
+    def _reset_step_tallies(self) -> None:
+        super()._reset_step_tallies()
+        self.step_informed = 0
+
+    def _adapt(self) -> None:
+        if self.step_groups == 0 or 2 * self.step_informed < self.step_groups:
+            return
+        ratio = (self.step_easy + self.step_hard) / self.step_groups
+        move = -self.settings.threshold_step if ratio > self.settings.target_zero_variance \
+            else self.settings.threshold_step
+        self.threshold = min(max(self.threshold + move, self.settings.threshold_min), 1.0)
+
+    def _p_easy_metric(self) -> float:
+        return self.threshold  # the keep rule's one global knob, logged where GRESO logs p
+
+    def _p_hard_metric(self) -> float:
+        return self.calibration
+
+    def _history_state(self) -> dict[str, Any]:
+        return {"threshold": self.threshold, "calibration": self.calibration, "step_informed": self.step_informed,
+                "correct": self.correct.copy(), "incorrect": self.incorrect.copy()}
+
+    def _load_history_state(self, state: dict[str, Any]) -> None:
+        for name in ("correct", "incorrect"):
+            value = np.asarray(state[name])
+            if value.shape != (self.num_prompts,):
+                raise ValueError(f"posterior.load_state_dict: {name} must have shape [{self.num_prompts}], "
+                                 f"got {value.shape}")
+            setattr(self, name, value.astype(np.float32).copy())
+        self.threshold = float(state["threshold"])
+        self.calibration = float(state["calibration"])
+        self.step_informed = int(state["step_informed"])

@@ -1,0 +1,110 @@
+"""The posterior selector: Beta-binomial prediction of zero-variance groups, the keep rule, its
+threshold, pass sizing from the prediction, state."""
+
+import numpy as np
+import pytest
+
+from greso_jax.configs import ConfigError
+from greso_jax.selection import make_selector, run_selection_step
+from greso_jax.selection.posterior import zero_variance_chance
+
+
+def _selector(**settings):
+    return make_selector("posterior", num_prompts=10, group_size=4, seed=0, settings=settings)
+
+
+def test_zero_variance_chance_matches_the_beta_moments():
+    # Uniform prior, G=4: E[p^4] = 1/5 twice.
+    assert zero_variance_chance(np.array([1.0]), np.array([1.0]), 4)[0] == pytest.approx(0.4)
+    rng = np.random.default_rng(0)
+    p = rng.beta(7.0, 2.0, 400_000)
+    assert zero_variance_chance(np.array([7.0]), np.array([2.0]), 8)[0] == pytest.approx(
+        np.mean(p ** 8 + (1 - p) ** 8), abs=2e-3)
+
+
+def test_evidence_decays_at_each_new_rollout_of_the_prompt():
+    selector = _selector(decay=0.5)
+    selector.begin_step(1)
+    selector.observe_counts(np.array([3]), np.array([4]), np.array([4]))
+    selector.observe_counts(np.array([3]), np.array([1]), np.array([4]))
+    assert (selector.correct[3], selector.incorrect[3]) == (0.5 * 4 + 1, 0.5 * 0 + 3)
+    assert selector.correct.sum() == 3.0  # only prompt 3 has evidence
+
+
+def test_keep_rule_skips_predicted_zero_variance_prompts_except_for_exploration():
+    selector = _selector(threshold=0.3, explore=0.0)
+    selector.begin_step(1)
+    selector.observe_counts(np.array([0, 1, 2]), np.array([4, 0, 2]), np.array([4, 4, 4]))
+    chances = selector.zero_variance_chances(np.arange(4))
+    assert chances[0] > 0.3 and chances[1] > 0.3 and chances[2] < 0.3 and chances[3] == pytest.approx(0.4)
+    np.testing.assert_array_equal(selector.keep_probabilities(np.arange(3)), [0.0, 0.0, 1.0])
+    selector.begin_step(2, epoch=1)
+    keep = selector.should_keep(np.array([0, 1, 2]))
+    np.testing.assert_array_equal(keep, [False, False, True])
+    # Decisions are keyed by (seed, step, id, epoch): the same in any order and batch.
+    explorer = _selector(threshold=0.3, explore=0.5)
+    explorer.load_state_dict(selector.state_dict())
+    explorer.begin_step(5, epoch=1)
+    ids = np.arange(10)
+    forward = explorer.should_keep(ids)
+    np.testing.assert_array_equal(explorer.should_keep(ids[::-1])[::-1], forward)
+
+
+def test_threshold_moves_toward_the_target_only_once_prompts_have_history():
+    selector = _selector(threshold=0.5, threshold_step=0.1, target_zero_variance=0.2)
+    selector.begin_step(1)
+    selector.observe_counts(np.arange(4), np.array([4, 4, 0, 2]), np.full(4, 4))  # no history yet
+    selector.end_step()
+    assert selector.threshold == 0.5
+    selector.begin_step(2)
+    selector.observe_counts(np.arange(4), np.array([4, 4, 0, 2]), np.full(4, 4))  # 3/4 zero-variance > 0.2
+    selector.end_step()
+    assert selector.threshold == pytest.approx(0.4)
+    selector.begin_step(3)
+    selector.observe_counts(np.arange(4), np.array([1, 2, 3, 2]), np.full(4, 4))  # none: loosen
+    metrics = selector.end_step()
+    assert selector.threshold == pytest.approx(0.5) and metrics["selection/p_easy"] == pytest.approx(0.5)
+
+
+def test_passes_are_sized_from_the_predicted_informative_rate():
+    selector = make_selector("posterior", num_prompts=100, group_size=4, seed=0,
+                             settings={"pass_margin": 1.0, "threshold": 0.9})
+    selector.begin_step(1)
+    assert selector.first_pass(20).pull == 34  # unseen prompts: 1 - 0.4 informative -> 20 / 0.6
+    selector.observe_counts(np.arange(100), np.full(100, 2), np.full(100, 4))  # everything mixed
+    assert selector.first_pass(20).pull < 34
+    assert make_selector("posterior", num_prompts=100, group_size=4, seed=0,
+                         settings={"max_pass_factor": 1.0}).first_pass(20).pull == 20
+
+
+def test_a_step_through_the_driver_and_a_state_round_trip():
+    selector = make_selector("posterior", num_prompts=50, group_size=4, seed=1)
+    rng = np.random.default_rng(0)
+    success = rng.uniform(0, 1, 50)
+    order = iter(np.tile(np.arange(50), 20))
+
+    def pull(n):
+        from greso_jax.selection import PulledPrompts
+        ids = np.array([next(order) for _ in range(n)])
+        keep = selector.should_keep(ids)
+        return PulledPrompts(ids[keep], [None] * int(keep.sum()), ids[~keep])
+
+    def rollout(ids, payloads, g):
+        from greso_jax.selection import ScoredPass
+        correct = rng.uniform(size=(ids.size, g)) < success[ids][:, None]
+        return ScoredPass(correct=correct, rewards=correct.astype(np.float32), handle=None)
+
+    for step in range(1, 6):
+        result = run_selection_step(selector, step, pull_prompts=pull, rollout=rollout, train_batch_size=8)
+        assert all(g.has_variance for g in result.groups)
+    restored = make_selector("posterior", num_prompts=50, group_size=4, seed=1)
+    restored.load_state_dict(selector.state_dict())
+    np.testing.assert_array_equal(restored.correct, selector.correct)
+    assert (restored.threshold, restored.calibration) == (selector.threshold, selector.calibration)
+
+
+def test_settings_are_checked_naming_the_field():
+    with pytest.raises(ConfigError, match="selection.posterior.decay"):
+        _selector(decay=1.5)
+    with pytest.raises(ConfigError, match="selection.posterior.threshold"):
+        _selector(threshold=0.01, threshold_min=0.05)
