@@ -55,7 +55,7 @@ from greso_jax.specs import FLOAT, Spec, field
 
 _THOMPSON_STREAM = 3  # counter_rng stream id of the Thompson draws (GRESO's keep draws are 1, AERO's 2)
 _REFERENCE_STREAM = 4  # seeds the per-step sample of prompts τ is estimated from, on large data sets
-# τ is estimated from at most this many prompts' draws: the authors' candidate pools hold 2-8k
+# τ is estimated from at most this many prompts' draws: the authors' candidate pools hold 2-4k
 # prompts, so 16k estimates their cut at least as closely, at a cost that does not grow with the data set.
 REFERENCE_PROMPTS = 1 << 14
 _POSITIVE = Spec(FLOAT, 0, low_open=True)
