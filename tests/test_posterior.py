@@ -51,19 +51,31 @@ def test_keep_rule_skips_predicted_zero_variance_prompts_except_for_exploration(
 
 
 def test_threshold_moves_toward_the_target_only_once_prompts_have_history():
-    selector = _selector(threshold=0.5, threshold_step=0.1, target_zero_variance=0.2)
+    selector = _selector(threshold=0.5, threshold_step=0.1, target_zero_variance=0.2, decay=0.5)
     selector.begin_step(1)
-    selector.observe_counts(np.arange(4), np.array([4, 4, 0, 2]), np.full(4, 4))  # no history yet
+    selector.observe_counts(np.arange(4), np.full(4, 2), np.full(4, 4))  # no history yet
     selector.end_step()
     assert selector.threshold == 0.5
-    selector.begin_step(2)
-    selector.observe_counts(np.arange(4), np.array([4, 4, 0, 2]), np.full(4, 4))  # 3/4 zero-variance > 0.2
+    selector.begin_step(2)  # all four were predicted informative; three are zero-variance: skip more
+    selector.observe_counts(np.arange(4), np.array([4, 4, 0, 2]), np.full(4, 4))
     selector.end_step()
     assert selector.threshold == pytest.approx(0.4)
     selector.begin_step(3)
     selector.observe_counts(np.arange(4), np.array([1, 2, 3, 2]), np.full(4, 4))  # none: loosen
     metrics = selector.end_step()
     assert selector.threshold == pytest.approx(0.5) and metrics["selection/p_easy"] == pytest.approx(0.5)
+
+
+def test_groups_kept_by_exploration_do_not_move_the_threshold():
+    selector = _selector(threshold=0.3, threshold_step=0.1, target_zero_variance=0.2)
+    selector.begin_step(1)
+    selector.observe_counts(np.arange(2), np.array([4, 0]), np.full(2, 4))
+    selector.end_step()
+    assert (selector.zero_variance_chances(np.arange(2)) >= 0.3).all()  # both now predicted zero-variance
+    selector.begin_step(2)  # explored again and zero-variance again: says nothing about the threshold
+    selector.observe_counts(np.arange(2), np.array([4, 0]), np.full(2, 4))
+    selector.end_step()
+    assert selector.threshold == 0.3
 
 
 def test_passes_are_sized_from_the_predicted_informative_rate():

@@ -77,3 +77,15 @@ def test_fixed_ds_pays_more_than_adaptive_ds_and_greso_holds_p_through_epoch_zer
     greso = results["greso"]
     assert greso["epochs"] >= 1 and (greso["p_easy_epoch_1"], greso["p_hard_epoch_1"]) == (0.5, 0.5)
     assert results["vanilla"]["surplus_groups"] == results["aero"]["surplus_groups"] == 0
+
+
+def test_skip_precision_and_coverage(results):
+    # The oracle skips exactly the prompts whose group would be zero-variance and trains every informative one it meets.
+    assert results["oracle"]["skip_precision"] == pytest.approx(1.0, abs=0.01)
+    for name in ("greso", "mopps", "posterior"):
+        assert 0.3 < results[name]["skip_precision"] <= 1.0
+        assert 0 < results[name]["coverage"] <= 1.0
+    assert np.isnan(results["dynamic_sampling"]["skip_precision"])  # never skips
+    # DS trains every informative group it rolls out, except its surplus.
+    ds = results["dynamic_sampling"]
+    assert ds["coverage"] == pytest.approx(ds["effective_prompts"] / (ds["effective_prompts"] + ds["surplus_groups"]))

@@ -190,15 +190,32 @@ def run_strategy(strategy: str, settings: SimSettings, fractions: dict[str, floa
                           max_passes=settings.max_passes),
         settings={**default_settings(strategy), **strategy_overrides}, **extras)
     stream = PromptStream(settings.num_prompts, settings.seed, selector.should_keep)
+    foresee = rollouts.outcome(settings.group_size)
+    skipped_this_step: list[np.ndarray] = []
+
+    def pull(n: int) -> PulledPrompts:
+        pulled = stream(n)
+        skipped_this_step.append(pulled.skipped_ids)
+        return pulled
+
     effective = full = passes = batch = surplus = 0.0
+    skipped = skipped_zero_variance = skipped_informative = rolled_informative = 0
     p_at_epoch_1 = None  # (p_easy, p_hard) the first step of epoch 1 starts from
     for step in range(settings.steps):
         rollouts.begin_step(step)
         epoch = stream.next_epoch
         if epoch >= 1 and p_at_epoch_1 is None:
             p_at_epoch_1 = (getattr(selector, "p_easy", 1.0), getattr(selector, "p_hard", 1.0))
-        metrics = run_selection_step(selector, step, pull_prompts=stream, rollout=rollouts,
+        skipped_this_step.clear()
+        metrics = run_selection_step(selector, step, pull_prompts=pull, rollout=rollouts,
                                      train_batch_size=settings.train_batch_size, epoch=epoch).metrics
+        # What the skipped prompts' groups would have been (the simulator knows): skip precision, coverage.
+        ids = np.concatenate(skipped_this_step) if skipped_this_step else np.zeros(0, np.int64)
+        codes = foresee(step, ids) if ids.size else np.zeros(0, np.int64)
+        skipped += ids.size
+        skipped_zero_variance += int(np.count_nonzero(codes != OUTCOME_MIXED))
+        skipped_informative += int(np.count_nonzero(codes == OUTCOME_MIXED))
+        rolled_informative += selector.step_groups - selector.step_easy - selector.step_hard
         effective += metrics["selection/effective_prompts"]
         batch += metrics["selection/batch_groups"]
         full += metrics["selection/full_batch"]
@@ -211,6 +228,10 @@ def run_strategy(strategy: str, settings: SimSettings, fractions: dict[str, floa
             "full_batch_fraction": full / settings.steps, "mean_passes": passes / settings.steps,
             "mean_effective_batch": effective / settings.steps, "mean_batch": batch / settings.steps,
             "surplus_groups": surplus, "epochs": stream.next_epoch,
+            # Of the prompts skipped, the share whose group would have been zero-variance (the oracle: 1).
+            "skip_precision": skipped_zero_variance / skipped if skipped else float("nan"),
+            # Of the informative groups met (rolled out, or skipped but foreseen), the share trained on.
+            "coverage": effective / max(rolled_informative + skipped_informative, 1),
             "p_easy_epoch_1": p_at_epoch_1[0], "p_hard_epoch_1": p_at_epoch_1[1],
             "p_easy": metrics["selection/p_easy"], "p_hard": metrics["selection/p_hard"]}
 
@@ -244,17 +265,20 @@ def main() -> None:
     results = all_runs(settings)
     print(f"settings: {settings}")
     print("\n| strategy | responses | effective prompts | responses / effective prompt | full-batch steps "
-          "| mean passes | surplus groups |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+          "| mean passes | surplus groups | skip precision | coverage |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, r in results.items():
         print(f"| {name} | {r['responses']:.0f} | {r['effective_prompts']:.0f} | "
               f"{r['responses_per_effective']:.2f} | {r['full_batch_fraction']:.3f} | {r['mean_passes']:.2f} | "
-              f"{r['surplus_groups']:.0f} |")
-    greso, oracle = results["greso"]["responses"], results["oracle"]["responses"]
+              f"{r['surplus_groups']:.0f} | {r['skip_precision']:.3f} | {r['coverage']:.3f} |")
+    oracle = results["oracle"]["responses"]
     for ds in ("dynamic_sampling", "dynamic_sampling:fixed"):
-        print(f"\nvs {ds}: GRESO efficiency (DS − GRESO) / (DS − oracle) = "
-              f"{greso_efficiency(results[ds]['responses'], greso, oracle):.3f}; "
-              f"DS / GRESO responses = {results[ds]['responses'] / greso:.2f}x")
+        for name in ("greso", "mopps", "posterior"):
+            if name in results:
+                mine = results[name]["responses"]
+                print(f"vs {ds}: {name} efficiency (DS − {name}) / (DS − oracle) = "
+                      f"{greso_efficiency(results[ds]['responses'], mine, oracle):.3f}; "
+                      f"DS / {name} responses = {results[ds]['responses'] / mine:.2f}x")
     print(f"\n{results['greso']['epochs']} epochs of the prompt stream; p as epoch 1 begins and at the end:")
     print("\n| Δp | responses | mean effective batch | responses / effective prompt | p_easy, p_hard at epoch 1 "
           "| final p_easy | final p_hard |")

@@ -15,10 +15,12 @@ Choices (docs/design.md, "Posterior"):
   rolled out). Draws are counter-based, keyed by (seed, stream, step) x (prompt, occurrence
   epoch), as GRESO's, so resume and every host decide the same.
 - Threshold: one global value, moved by `threshold_step` after each step toward the target
-  zero-variance ratio of the rolled-out groups (down: skip more when the step saw more
-  zero-variance than the target). It moves only after a step in which most rolled-out prompts
-  had evidence before their rollout: while candidates have no history the threshold cannot act,
-  and moving it would only wind it up.
+  zero-variance ratio of the groups the prediction kept (down: skip more when they were more
+  often zero-variance than the target). Groups kept by exploration are left out of that ratio:
+  they are predicted zero-variance, and counting them would push the threshold down whatever it
+  is (a target below the exploration's own share then winds it to its floor). It moves only
+  after a step in which most rolled-out prompts had evidence before their rollout: while
+  candidates have no history the threshold cannot act, and moving it would only wind it up.
 - Pass size: from the prediction, not from the last pass. The stream yields prompts in a random
   order, so the expected share of informative groups among the prompts it will keep is the
   keep-weighted mean of 1 - chance over all prompts, corrected by the running ratio of observed
@@ -159,6 +161,10 @@ class PosteriorSelector(DynamicSamplingSelector):
         # Calibration: what the posterior predicted for these groups against what they were.
         chances = self.zero_variance_chances(ids)
         self.step_informed += int(np.count_nonzero((self.correct[ids] + self.incorrect[ids]) > 0))
+        # The evidence is unchanged since the keep decision, so this is what the prediction said then.
+        predicted_kept = chances < self.threshold
+        self.step_predicted_kept += int(predicted_kept.sum())
+        self.step_predicted_kept_zero_variance += int(np.count_nonzero(predicted_kept & (easy | hard)))
         predicted = float(np.sum(1.0 - chances))
         observed = float(np.count_nonzero(~(easy | hard)))
         if predicted > 0:
@@ -172,11 +178,12 @@ class PosteriorSelector(DynamicSamplingSelector):
     def _reset_step_tallies(self) -> None:
         super()._reset_step_tallies()
         self.step_informed = 0
+        self.step_predicted_kept = self.step_predicted_kept_zero_variance = 0
 
     def _adapt(self) -> None:
-        if self.step_groups == 0 or 2 * self.step_informed < self.step_groups:
+        if self.step_predicted_kept == 0 or 2 * self.step_informed < self.step_groups:
             return
-        ratio = (self.step_easy + self.step_hard) / self.step_groups
+        ratio = self.step_predicted_kept_zero_variance / self.step_predicted_kept
         move = -self.settings.threshold_step if ratio > self.settings.target_zero_variance \
             else self.settings.threshold_step
         self.threshold = min(max(self.threshold + move, self.settings.threshold_min), 1.0)
@@ -189,6 +196,8 @@ class PosteriorSelector(DynamicSamplingSelector):
 
     def _history_state(self) -> dict[str, Any]:
         return {"threshold": self.threshold, "calibration": self.calibration, "step_informed": self.step_informed,
+                "step_predicted_kept": self.step_predicted_kept,
+                "step_predicted_kept_zero_variance": self.step_predicted_kept_zero_variance,
                 "correct": self.correct.copy(), "incorrect": self.incorrect.copy()}
 
     def _load_history_state(self, state: dict[str, Any]) -> None:
@@ -201,3 +210,5 @@ class PosteriorSelector(DynamicSamplingSelector):
         self.threshold = float(state["threshold"])
         self.calibration = float(state["calibration"])
         self.step_informed = int(state["step_informed"])
+        self.step_predicted_kept = int(state["step_predicted_kept"])
+        self.step_predicted_kept_zero_variance = int(state["step_predicted_kept_zero_variance"])
