@@ -120,3 +120,21 @@ def test_settings_are_checked_naming_the_field():
         _selector(decay=1.5)
     with pytest.raises(ConfigError, match="selection.posterior.threshold"):
         _selector(threshold=0.01, threshold_min=0.05)
+
+
+def test_the_prior_is_fitted_to_a_u_shaped_population_and_unseen_prompts_are_kept():
+    selector = make_selector("posterior", num_prompts=200, group_size=8, seed=0, settings={"threshold": 0.7})
+    selector.begin_step(1)
+    # 100 prompts: 45 always solved, 45 never, 10 half the time: a U-shaped population.
+    selector.observe_counts(np.arange(100), np.array([8] * 45 + [0] * 45 + [4] * 10), np.full(100, 8))
+    selector.end_step()
+    selector.begin_step(2)
+    alpha, beta = selector.prior()
+    assert alpha + beta < 1.0 and alpha == pytest.approx(beta, rel=0.05)  # U-shaped: mass at 0 and 1
+    chances = selector.zero_variance_chances(np.array([0, 50, 95]))
+    assert chances[0] > 0.85 and chances[1] > 0.85 and chances[2] < 0.2
+    # With the uniform prior one all-correct group would predict only ~0.53.
+    uniform = make_selector("posterior", num_prompts=200, group_size=8, seed=0, settings={"fit_prior": False})
+    uniform.observe_counts(np.array([0]), np.array([8]), np.array([8]))
+    assert uniform.zero_variance_chances(np.array([0]))[0] == pytest.approx(0.5294, abs=1e-3)
+    np.testing.assert_array_equal(selector.keep_probabilities(np.array([0, 95, 150])), [0.02, 1.0, 1.0])

@@ -6,10 +6,18 @@ Choices (docs/design.md, "Posterior"):
   per prompt). At each new rollout of a prompt its earlier counts are multiplied by `decay`
   before the new group's are added, so a prompt the policy has moved on from is re-learnt in one
   or two rollouts; decay 1 never forgets.
-- Posterior: Beta(prior_alpha + correct, prior_beta + incorrect). The chance that the next group
+- Prior: fitted to the population (empirical Bayes, `fit_prior`): the Beta whose beta-binomial
+  matches the mean and variance of the success fraction of the groups rolled out so far (decayed
+  per step, so it follows training). Real prompt sets are U-shaped (most prompts nearly always or
+  nearly never solved), and a uniform prior cannot say so: after one all-correct group of 8 it
+  predicts another with chance 0.53, where the fitted prior of such a population says ~0.9.
+  Until `_MIN_PRIOR_GROUPS` groups are seen, and with fit_prior off, Beta(prior_alpha,
+  prior_beta). A prompt without evidence is always kept (its prediction would be the
+  population's, which says nothing about it), so every prompt is tried once.
+- Posterior: Beta(prior + correct, prior + incorrect). The chance that the next group
   of G responses is zero-variance is E[p^G + (1-p)^G] under it, which for a Beta is a product of
   G ratios (no sampling): E[p^G] = prod_{i<G} (a+i)/(a+b+i). A prompt never rolled out has the
-  prior's chance (2/(G+1) for the uniform prior), below any useful threshold: it is kept.
+  prior's chance.
 - Keep rule: probability 1 when the predicted chance is below the threshold, else `explore`,
   the floor that keeps re-testing skipped prompts (a prompt's prediction only changes when it is
   rolled out). Draws are counter-based, keyed by (seed, stream, step) x (prompt, occurrence
@@ -44,18 +52,23 @@ from greso_jax.selection.base import PassConfig, StrategySettings, check_prompt_
 from greso_jax.selection.dynamic_sampling import DynamicSamplingSelector
 from greso_jax.selection.groups import Group, PassRequest
 from greso_jax.selection.registry import register_strategy
-from greso_jax.specs import FLOAT, ConfigError, Spec, field
+from greso_jax.specs import BOOL, FLOAT, ConfigError, Spec, field
 
 _KEEP_STREAM = 3  # counter_rng stream id of the keep decisions (GRESO uses 1)
 _UNIT = Spec(FLOAT, 0, 1)
 _CALIBRATION_MEMORY = 0.8  # weight of earlier passes in the running observed / predicted ratio
+_POPULATION_MEMORY = 0.9  # weight of earlier steps in the population moments the prior is fitted to
+_MIN_PRIOR_GROUPS = 32  # groups seen before the fitted prior replaces the configured one
 
 
 @dataclasses.dataclass(frozen=True)
 class PosteriorSettings(StrategySettings):
     """`selection.posterior.*`: the posterior, the skip rule, its threshold and pass sizing."""
 
-    prior_alpha: float = field(1.0, Spec(FLOAT, 0, low_open=True), "Beta prior pseudo-count of correct responses")
+    fit_prior: bool = field(True, Spec(BOOL), "fit the Beta prior to the success rates of the groups rolled out "
+                            "so far (empirical Bayes); False: Beta(prior_alpha, prior_beta)")
+    prior_alpha: float = field(1.0, Spec(FLOAT, 0, low_open=True), "Beta prior pseudo-count of correct responses "
+                               "(before the fit, or without it)")
     prior_beta: float = field(1.0, Spec(FLOAT, 0, low_open=True), "Beta prior pseudo-count of incorrect responses")
     decay: float = field(0.5, _UNIT, "weight a prompt's earlier evidence keeps at each new rollout of it "
                          "(1: never forget)")
@@ -88,7 +101,8 @@ class PosteriorSelector(DynamicSamplingSelector):
 
     Settings = PosteriorSettings
 
-    def __init__(self, num_prompts: int, *, prior_alpha: float = 1.0, prior_beta: float = 1.0, decay: float = 0.5,
+    def __init__(self, num_prompts: int, *, fit_prior: bool = True, prior_alpha: float = 1.0, prior_beta: float = 1.0,
+                 decay: float = 0.5,
                  explore: float = 0.02, threshold: float = 0.5, threshold_step: float = 0.02,
                  threshold_min: float = 0.05, target_zero_variance: float = 0.1, pass_margin: float = 1.1,
                  max_pass_factor: float = 4.0, group_size: int = 8, pass_config: PassConfig | None = None,
@@ -96,7 +110,7 @@ class PosteriorSelector(DynamicSamplingSelector):
         super().__init__(num_prompts, pass_sizing="adaptive", group_size=group_size, pass_config=pass_config,
                          seed=seed)
         self.settings = PosteriorSettings(
-            prior_alpha=prior_alpha, prior_beta=prior_beta, decay=decay, explore=explore, threshold=threshold,
+            fit_prior=fit_prior, prior_alpha=prior_alpha, prior_beta=prior_beta, decay=decay, explore=explore, threshold=threshold,
             threshold_step=threshold_step, threshold_min=threshold_min, target_zero_variance=target_zero_variance,
             pass_margin=pass_margin, max_pass_factor=max_pass_factor).checked("selection.posterior")
         self.threshold = float(self.settings.threshold)
@@ -105,19 +119,45 @@ class PosteriorSelector(DynamicSamplingSelector):
         self.incorrect = np.zeros(self.num_prompts, np.float32)
         self.step_informed = 0  # rolled-out groups whose prompt had evidence before the rollout
         self._train_batch_size = 1  # set by each step's first_pass
+        # Decayed (groups, sum of success fractions, sum of their squares, sum of group sizes) seen so far.
+        self.population = np.zeros(4, np.float64)
+        self._prior = self.fitted_prior()
 
     # -- prediction ----------------------------------------------------------------------------
+
+    def begin_step(self, step: int, *, epoch: int = 0) -> None:
+        super().begin_step(step, epoch=epoch)
+        self._prior = self.fitted_prior()  # fixed for the step, as the threshold: decisions do not change mid-step
+
+    def prior(self) -> tuple[float, float]:
+        """(alpha, beta) of the Beta prior in force this step."""
+        return self._prior
+
+    def fitted_prior(self) -> tuple[float, float]:
+        """(alpha, beta) fitted to the population's moments so far, or the configured prior."""
+        s = self.settings
+        groups, total, squares, sizes = self.population
+        if not s.fit_prior or groups < _MIN_PRIOR_GROUPS:
+            return s.prior_alpha, s.prior_beta
+        mean = min(max(total / groups, 1e-3), 1 - 1e-3)
+        variance = max(squares / groups - mean ** 2, 0.0)
+        n = max(sizes / groups, 2.0)
+        # Beta-binomial: Var(k/n) = m(1-m)(1 + (n-1) rho) / n with rho = 1 / (alpha + beta + 1).
+        rho = min(max((n * variance / (mean * (1 - mean)) - 1) / (n - 1), 1e-3), 0.999)
+        strength = 1 / rho - 1
+        return mean * strength, (1 - mean) * strength
 
     def zero_variance_chances(self, prompt_ids) -> np.ndarray:
         """Predicted chance that each prompt's next group is zero-variance, float64 [N]."""
         ids = check_prompt_ids(prompt_ids, self.num_prompts, "posterior.zero_variance_chances")
-        s = self.settings
-        return zero_variance_chance(s.prior_alpha + self.correct[ids], s.prior_beta + self.incorrect[ids],
-                                    self.group_size)
+        alpha, beta = self.prior()
+        return zero_variance_chance(alpha + self.correct[ids], beta + self.incorrect[ids], self.group_size)
 
     def keep_probabilities(self, prompt_ids) -> np.ndarray:
-        """Keep probability per prompt, float64 [N]: 1 below the threshold, `explore` at or above it."""
-        return np.where(self.zero_variance_chances(prompt_ids) < self.threshold, 1.0, self.settings.explore)
+        """Keep probability per prompt, float64 [N]: 1 below the threshold or without evidence, else `explore`."""
+        ids = check_prompt_ids(prompt_ids, self.num_prompts, "posterior.keep_probabilities")
+        unseen = (self.correct[ids] + self.incorrect[ids]) == 0
+        return np.where((self.zero_variance_chances(ids) < self.threshold) | unseen, 1.0, self.settings.explore)
 
     def should_keep(self, prompt_ids, epochs=None) -> np.ndarray:
         ids = check_prompt_ids(prompt_ids, self.num_prompts, "posterior.should_keep")
@@ -131,7 +171,7 @@ class PosteriorSelector(DynamicSamplingSelector):
         """Expected share of informative groups among the prompts the stream will keep next, calibrated."""
         ids = np.arange(self.num_prompts)
         chances = self.zero_variance_chances(ids)
-        keep = np.where(chances < self.threshold, 1.0, self.settings.explore)
+        keep = self.keep_probabilities(ids)
         informative = np.sum(keep * (1.0 - chances)) / max(np.sum(keep), 1e-12)
         return float(np.clip(informative * self.calibration, 1e-3, 1.0))
 
@@ -160,9 +200,10 @@ class PosteriorSelector(DynamicSamplingSelector):
     def _update_history(self, ids, num_correct, num_samples, easy, hard) -> None:
         # Calibration: what the posterior predicted for these groups against what they were.
         chances = self.zero_variance_chances(ids)
-        self.step_informed += int(np.count_nonzero((self.correct[ids] + self.incorrect[ids]) > 0))
         # The evidence is unchanged since the keep decision, so this is what the prediction said then.
-        predicted_kept = chances < self.threshold
+        seen = (self.correct[ids] + self.incorrect[ids]) > 0
+        predicted_kept = seen & (chances < self.threshold)
+        self.step_informed += int(seen.sum())
         self.step_predicted_kept += int(predicted_kept.sum())
         self.step_predicted_kept_zero_variance += int(np.count_nonzero(predicted_kept & (easy | hard)))
         predicted = float(np.sum(1.0 - chances))
@@ -170,6 +211,8 @@ class PosteriorSelector(DynamicSamplingSelector):
         if predicted > 0:
             m = _CALIBRATION_MEMORY
             self.calibration = m * self.calibration + (1 - m) * observed / predicted
+        fractions = num_correct / num_samples
+        self.population += (ids.size, fractions.sum(), np.square(fractions).sum(), num_samples.sum())
         decay = np.float32(self.settings.decay)
         for row, prompt in enumerate(ids):  # in rollout order: a prompt may appear twice in one call
             self.correct[prompt] = decay * self.correct[prompt] + num_correct[row]
@@ -181,6 +224,7 @@ class PosteriorSelector(DynamicSamplingSelector):
         self.step_predicted_kept = self.step_predicted_kept_zero_variance = 0
 
     def _adapt(self) -> None:
+        self.population *= _POPULATION_MEMORY
         if self.step_predicted_kept == 0 or 2 * self.step_informed < self.step_groups:
             return
         ratio = self.step_predicted_kept_zero_variance / self.step_predicted_kept
@@ -198,7 +242,8 @@ class PosteriorSelector(DynamicSamplingSelector):
         return {"threshold": self.threshold, "calibration": self.calibration, "step_informed": self.step_informed,
                 "step_predicted_kept": self.step_predicted_kept,
                 "step_predicted_kept_zero_variance": self.step_predicted_kept_zero_variance,
-                "correct": self.correct.copy(), "incorrect": self.incorrect.copy()}
+                "correct": self.correct.copy(), "incorrect": self.incorrect.copy(),
+                "population": self.population.copy()}
 
     def _load_history_state(self, state: dict[str, Any]) -> None:
         for name in ("correct", "incorrect"):
@@ -207,6 +252,11 @@ class PosteriorSelector(DynamicSamplingSelector):
                 raise ValueError(f"posterior.load_state_dict: {name} must have shape [{self.num_prompts}], "
                                  f"got {value.shape}")
             setattr(self, name, value.astype(np.float32).copy())
+        population = np.asarray(state["population"], np.float64)
+        if population.shape != (4,):
+            raise ValueError(f"posterior.load_state_dict: population must have shape [4], got {population.shape}")
+        self.population = population.copy()
+        self._prior = self.fitted_prior()  # what begin_step computed from the same moments
         self.threshold = float(state["threshold"])
         self.calibration = float(state["calibration"])
         self.step_informed = int(state["step_informed"])
