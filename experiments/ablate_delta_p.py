@@ -8,7 +8,8 @@ Each run is `python -m greso_jax.train --config CONFIG --config.selection.greso.
 other; a finished run (its summary.json exists) is not launched again, an interrupted one
 resumes from its checkpoint. `--print_only` prints the commands instead (to launch them on a
 cluster); `--collect_only` only reads the finished runs. The results go to ROOT:
-ablation.txt (table), ablation.json and accuracy_vs_rollouts.png.
+ablation.txt (table), ablation.json and accuracy_vs_rollouts.png. `--knob` sweeps another field
+the same way, e.g. the posterior selector's main knob: `--knob selection.posterior.threshold_step`.
 """
 
 from __future__ import annotations
@@ -50,11 +51,16 @@ def parse_values(text: str) -> list[float]:
     return values
 
 
-def launch_command(config: str, value: float, workdir: str, overrides: Sequence[str] = ()) -> list[str]:
-    return train_command(config, workdir, [f"--config.selection.greso.delta_p={value!r}", *overrides])
+DEFAULT_KNOB = "selection.greso.delta_p"
 
 
-def run_sweep(config: str, values: Sequence[float], root: str, overrides: Sequence[str] = (), log=print) -> list[float]:
+def launch_command(config: str, value: float, workdir: str, overrides: Sequence[str] = (),
+                   knob: str = DEFAULT_KNOB) -> list[str]:
+    return train_command(config, workdir, [f"--config.{knob}={value!r}", *overrides])
+
+
+def run_sweep(config: str, values: Sequence[float], root: str, overrides: Sequence[str] = (), log=print,
+              knob: str = DEFAULT_KNOB) -> list[float]:
     """Runs the unfinished runs one after the other (output in ROOT/dp_V/train.log); returns the failed values."""
     workdirs = [os.path.join(root, run_name(v)) for v in values]
     failed = []
@@ -64,7 +70,7 @@ def run_sweep(config: str, values: Sequence[float], root: str, overrides: Sequen
             continue
         os.makedirs(workdir, exist_ok=True)
         share_warmstart(workdirs, workdir)
-        if not run_logged(launch_command(config, value, workdir, overrides), workdir, run_name(value), log=log):
+        if not run_logged(launch_command(config, value, workdir, overrides, knob), workdir, run_name(value), log=log):
             failed.append(value)
     return failed
 
@@ -170,6 +176,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="experiment file[:variant], as for greso_jax.train")
     parser.add_argument("--values", default="0.0025,0.005,0.01,0.02,0.05", help="comma-separated Δp values")
     parser.add_argument("--workdir_root", required=True, help="one workdir per value goes under it")
+    parser.add_argument("--knob", default=DEFAULT_KNOB,
+                        help="the config field swept (e.g. selection.posterior.threshold_step for the posterior "
+                             "selector); the table's delta_p column holds its value")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--print_only", action="store_true", help="print the launch commands and stop")
     mode.add_argument("--collect_only", action="store_true", help="only collect the finished runs")
@@ -185,9 +194,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     root = os.path.abspath(args.workdir_root)
     if args.print_only:
         for value in values:
-            print(shlex.join(launch_command(config, value, os.path.join(root, run_name(value)), overrides)))
+            print(shlex.join(launch_command(config, value, os.path.join(root, run_name(value)), overrides,
+                                            args.knob)))
         return 0
-    failed = [] if args.collect_only else run_sweep(config, values, root, overrides)
+    failed = [] if args.collect_only else run_sweep(config, values, root, overrides, knob=args.knob)
     runs = collect(root, values)
     if not runs:
         print(f"error: no finished runs under {root}", file=sys.stderr)

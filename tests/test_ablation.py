@@ -123,3 +123,10 @@ def test_real_sweep_runs_trains_and_reports(tmp_path):
     again = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert again.returncode == 0 and again.stdout.count("not launched again") == 2
     assert json.load(open(root / "ablation.json")) == rows
+
+
+def test_another_knob_can_be_swept():
+    command = ablation.launch_command("/x/c.py:posterior", 0.05, "/r/dp_0.05", ["--config.seed=1"],
+                                      knob="selection.posterior.threshold_step")
+    assert "--config.selection.posterior.threshold_step=0.05" in command and "--config.seed=1" in command
+    assert not any("delta_p" in part for part in command)

@@ -39,7 +39,7 @@ if REPO_ROOT not in sys.path:  # run as a script from anywhere
 from experiments.bench import selection_sim  # noqa: E402
 from experiments.sweep import absolute_config, is_finished, run_logged, train_command  # noqa: E402
 from greso_jax.metrics import read_lines  # noqa: E402
-from greso_jax.selection import resolve_strategy, training_strategy_names  # noqa: E402
+from greso_jax.selection import resolve_strategy, training_strategies  # noqa: E402
 
 BASELINE, ADAPTIVE_DS = "ds_fixed", "dynamic_sampling"
 AUDIT_FRACTION = 0.1
@@ -50,7 +50,7 @@ def default_variants() -> list[str]:
     """Every registered training strategy; Dynamic Sampling twice: fixed passes (the papers'
     baseline, `ds_fixed`) and adaptive passes (`dynamic_sampling`)."""
     variants = []
-    for name in training_strategy_names():
+    for name in training_strategies():
         variants += [BASELINE, ADAPTIVE_DS] if name == ADAPTIVE_DS else [name]
     return variants
 
