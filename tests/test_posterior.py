@@ -137,4 +137,4 @@ def test_the_prior_is_fitted_to_a_u_shaped_population_and_unseen_prompts_are_kep
     uniform = make_selector("posterior", num_prompts=200, group_size=8, seed=0, settings={"fit_prior": False})
     uniform.observe_counts(np.array([0]), np.array([8]), np.array([8]))
     assert uniform.zero_variance_chances(np.array([0]))[0] == pytest.approx(0.5294, abs=1e-3)
-    np.testing.assert_array_equal(selector.keep_probabilities(np.array([0, 95, 150])), [0.02, 1.0, 1.0])
+    np.testing.assert_array_equal(selector.keep_probabilities(np.array([0, 95, 150])), [0.005, 1.0, 1.0])

@@ -70,15 +70,15 @@ class PosteriorSettings(StrategySettings):
     prior_alpha: float = field(1.0, Spec(FLOAT, 0, low_open=True), "Beta prior pseudo-count of correct responses "
                                "(before the fit, or without it)")
     prior_beta: float = field(1.0, Spec(FLOAT, 0, low_open=True), "Beta prior pseudo-count of incorrect responses")
-    decay: float = field(0.5, _UNIT, "weight a prompt's earlier evidence keeps at each new rollout of it "
+    decay: float = field(0.7, _UNIT, "weight a prompt's earlier evidence keeps at each new rollout of it "
                          "(1: never forget)")
-    explore: float = field(0.02, _UNIT, "keep probability of a prompt predicted zero-variance (re-exploration)")
+    explore: float = field(0.005, _UNIT, "keep probability of a prompt predicted zero-variance (re-exploration)")
     threshold: float = field(0.5, _UNIT, "initial skip threshold on the predicted chance of a zero-variance group")
     threshold_step: float = field(0.02, _UNIT, "change of the threshold after a step (the main ablation knob)")
     threshold_min: float = field(0.05, _UNIT, "lower clamp of the threshold")
-    target_zero_variance: float = field(0.1, _UNIT, "zero-variance ratio of rolled-out groups the threshold "
+    target_zero_variance: float = field(0.15, _UNIT, "zero-variance ratio of rolled-out groups the threshold "
                                         "aims at")
-    pass_margin: float = field(1.1, Spec(FLOAT, 1), "over-provisioning of a pass over its predicted need")
+    pass_margin: float = field(1.05, Spec(FLOAT, 1), "over-provisioning of a pass over its predicted need")
     max_pass_factor: float = field(4.0, Spec(FLOAT, 1), "largest pass, in multiples of train_batch_size")
 
     def check_relations(self, prefix: str) -> None:
@@ -102,9 +102,9 @@ class PosteriorSelector(DynamicSamplingSelector):
     Settings = PosteriorSettings
 
     def __init__(self, num_prompts: int, *, fit_prior: bool = True, prior_alpha: float = 1.0, prior_beta: float = 1.0,
-                 decay: float = 0.5,
-                 explore: float = 0.02, threshold: float = 0.5, threshold_step: float = 0.02,
-                 threshold_min: float = 0.05, target_zero_variance: float = 0.1, pass_margin: float = 1.1,
+                 decay: float = 0.7,
+                 explore: float = 0.005, threshold: float = 0.5, threshold_step: float = 0.02,
+                 threshold_min: float = 0.05, target_zero_variance: float = 0.15, pass_margin: float = 1.05,
                  max_pass_factor: float = 4.0, group_size: int = 8, pass_config: PassConfig | None = None,
                  seed: int = 0):
         super().__init__(num_prompts, pass_sizing="adaptive", group_size=group_size, pass_config=pass_config,
