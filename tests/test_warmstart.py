@@ -131,6 +131,7 @@ def test_build_policy_samples_the_first_training_rows_and_reports_where_it_stopp
     assert report == {"warmstart/steps": 10, "warmstart/accuracy": 0.5} and len(graded) == 2
 
 
+@pytest.mark.slow  # real sampled checks on a training warm start
 def test_an_unreachable_band_fails_after_real_sampled_checks(tmp_path):
     c, rows = _arith_config(warmstart_accuracy_low=0.99, warmstart_check_every=10)
     with pytest.raises(WarmStartError, match=r"^train\.warmstart_steps: 20 supervised steps ended below "
