@@ -4,6 +4,7 @@ import importlib.util
 import json
 import os
 
+import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -109,4 +110,6 @@ def test_simulator_is_calibrated_to_vanilla_and_set_beside_the_trainer():
     assert set(rows) == {"vanilla", "ds_fixed", "greso"}
     assert rows["ds_fixed"]["sim_vs_ds_fixed"] == 1.0 and rows["greso"]["trainer_vs_ds_fixed"] == pytest.approx(2.0)
     assert rows["vanilla"]["sim_responses"] == 12 * 16 * 8  # vanilla rolls out exactly one batch per step
+    assert np.isnan(rows["vanilla"]["sim_efficiency_vs_oracle"])  # trains fewer informative groups: no saving
+    assert rows["ds_fixed"]["sim_efficiency_vs_oracle"] == 0.0
     assert "| greso |" in compare_strategies.simulator_table(sim)
