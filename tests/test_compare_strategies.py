@@ -49,6 +49,11 @@ def test_costs_to_the_target_and_speedups():
     assert table["ds_fixed"]["accuracy_final"] == pytest.approx(0.40)
     assert table["ds_fixed"]["eval_s"] == pytest.approx(200.0)  # two evaluations, reported apart
     assert table["ds_fixed"]["rollout_share"] == pytest.approx(0.5)
+    # Per seed (targets 0.40 and 0.38): GRESO's seed 0 reaches 0.40 at step 4, its seed 1 never reaches 0.38.
+    assert table["greso"]["reached_per_seed"] == "1/2" and table["greso"]["to_seed_target_responses"] is None
+    assert table["dynamic_sampling"]["reached_per_seed"] == "2/2"
+    assert table["dynamic_sampling"]["to_seed_target_responses"] == 400  # both reach their target at step 2
+    assert table["dynamic_sampling"]["speedup_responses_vs_ds_fixed_per_seed"] == pytest.approx(3.0)
 
 
 def test_compilation_is_taken_out_of_the_times_and_reported_apart():
