@@ -1,9 +1,6 @@
 """MoPPS selector: decayed posteriors against hand computations, keyed Thompson keep decisions, state, config, simulator."""
 
-import importlib.util
 import math
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -11,8 +8,6 @@ import pytest
 from greso_jax import configs
 from greso_jax.selection import MoppsSelector, make_selector, mopps
 from greso_jax.specs import ConfigError
-
-SIM_PATH = os.path.join(os.path.dirname(__file__), "..", "experiments", "bench", "selection_sim.py")
 
 
 def test_decayed_posterior_matches_hand_computation():
@@ -155,15 +150,6 @@ def test_config_section_validates_and_builds_the_selector():
     selector = make_selector("mopps", num_prompts=10, group_size=8, seed=0, settings=config.selection.mopps)
     assert (selector.decay, selector.candidate_ratio) == (0.5, 8.0)
     assert "selection.mopps.target_rate" in [name for name, _, _ in configs.selection_field_docs()]
-
-
-@pytest.fixture(scope="module")
-def sim():
-    spec = importlib.util.spec_from_file_location("selection_sim", SIM_PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["selection_sim"] = module  # dataclasses look their module up while the file executes
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_runs_through_the_step_driver_in_the_simulator(sim):

@@ -1,22 +1,7 @@
 """The selection simulator (experiments/bench/selection_sim.py) on a small population: the strategies' order holds."""
 
-import importlib.util
-import os
-import sys
-
 import numpy as np
 import pytest
-
-SIM_PATH = os.path.join(os.path.dirname(__file__), "..", "experiments", "bench", "selection_sim.py")
-
-
-@pytest.fixture(scope="module")
-def sim():
-    spec = importlib.util.spec_from_file_location("selection_sim", SIM_PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["selection_sim"] = module  # dataclasses look their module up while the file executes
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")

@@ -322,31 +322,32 @@ def _cell(value, digits=3) -> str:
     return f"{value:.{digits}g}" if abs(value) < 1 else f"{value:,.{digits - 1}f}".rstrip("0").rstrip(".")
 
 
-def markdown_tables(result: dict) -> str:
-    rows = result["strategies"]
-    lines = [f"Target accuracy: {result['target_accuracy']:.3f} (ds_fixed's final mean "
-             f"{result['baseline_final_accuracy']:.3f} minus one point).", "",
-             "**To the target** (means over seeds; — where not every seed reached it)", "",
-             "| strategy | reached | step | responses | tokens | rollout s | update s | total s | "
+_SPEEDUPS = (("responses", BASELINE), ("responses", ADAPTIVE_DS), ("rollout_s", BASELINE), ("total_s", BASELINE),
+             ("total_s", ADAPTIVE_DS))
+
+
+def _target_table(rows: dict, title: str, reached: str, costs: str, speedups: str) -> list[str]:
+    """One to-target table: `reached` / `costs`+key / speedup_<key>_vs_<base>`speedups` columns of each row."""
+    lines = [title, "", "| strategy | reached | step | responses | tokens | rollout s | update s | total s | "
              "responses vs ds_fixed | responses vs ds_adaptive | rollout s vs ds_fixed | total s vs ds_fixed | "
              "total s vs ds_adaptive |", "|" + "---|" * 13]
     for name, r in rows.items():
-        lines.append("| " + " | ".join([name, r["reached"]] + [_cell(r[f"to_target_{k}"]) for k in (
+        ratios = [r[f"speedup_{k}_vs_{b}{speedups}"] for k, b in _SPEEDUPS]
+        lines.append("| " + " | ".join([name, r[reached]] + [_cell(r[f"{costs}{k}"]) for k in (
             "step", "responses", "tokens", "rollout_s", "update_s", "total_s")] + [
-            _cell(r[f"speedup_{k}_vs_{b}"]) + ("x" if r[f"speedup_{k}_vs_{b}"] else "") for k, b in (
-                ("responses", BASELINE), ("responses", ADAPTIVE_DS), ("rollout_s", BASELINE),
-                ("total_s", BASELINE), ("total_s", ADAPTIVE_DS))]) + " |")
-    lines += ["", "**To each seed's own target** (that seed's ds_fixed final accuracy minus one point; means over "
-              "seeds, — where not every seed reached it)", "",
-              "| strategy | reached | step | responses | tokens | rollout s | update s | total s | "
-              "responses vs ds_fixed | responses vs ds_adaptive | rollout s vs ds_fixed | total s vs ds_fixed | "
-              "total s vs ds_adaptive |", "|" + "---|" * 13]
-    for name, r in rows.items():
-        lines.append("| " + " | ".join([name, r["reached_per_seed"]] + [_cell(r[f"to_seed_target_{k}"]) for k in (
-            "step", "responses", "tokens", "rollout_s", "update_s", "total_s")] + [
-            _cell(r[f"speedup_{k}_vs_{b}_per_seed"]) + ("x" if r[f"speedup_{k}_vs_{b}_per_seed"] else "")
-            for k, b in (("responses", BASELINE), ("responses", ADAPTIVE_DS), ("rollout_s", BASELINE),
-                         ("total_s", BASELINE), ("total_s", ADAPTIVE_DS))]) + " |")
+            _cell(x) + ("x" if x else "") for x in ratios]) + " |")
+    return lines
+
+
+def markdown_tables(result: dict) -> str:
+    rows = result["strategies"]
+    lines = [f"Target accuracy: {result['target_accuracy']:.3f} (ds_fixed's final mean "
+             f"{result['baseline_final_accuracy']:.3f} minus one point).", ""]
+    lines += _target_table(rows, "**To the target** (means over seeds; — where not every seed reached it)",
+                           "reached", "to_target_", "")
+    lines += [""] + _target_table(rows, "**To each seed's own target** (that seed's ds_fixed final accuracy minus "
+                                  "one point; means over seeds, — where not every seed reached it)",
+                                  "reached_per_seed", "to_seed_target_", "_per_seed")
     lines += ["", "**Whole run** (mean ± std over seeds)", "",
               "| strategy | accuracy start | accuracy final | responses | tokens | rollout s | update s | total s | "
               "rollout share | eval s (apart) | compile s (apart) | effective prompts/step | surplus groups | "

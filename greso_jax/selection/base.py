@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
+from greso_jax.selection import counter_rng
 from greso_jax.selection.groups import Group, PassRequest
 from greso_jax.specs import INT, STR, ConfigError, Spec, check_dataclass, check_field, field
 
@@ -147,6 +148,15 @@ class Selector:
         gets a decision per occurrence. The base keeps every prompt."""
         ids = check_prompt_ids(prompt_ids, self.num_prompts, f"{self.strategy}.should_keep")
         return np.ones(ids.shape, dtype=bool)
+
+    def occurrence_uniforms(self, ids: np.ndarray, epochs, stream: int) -> np.ndarray:
+        """Uniforms in [0, 1), one per occurrence, keyed by (seed, stream, step) x (prompt id, the
+        occurrence's stream epoch; `epochs` None: the step's epoch): resume, every host and any batch
+        order draw the same. ids int64 [N] (checked); returns float64 [N]."""
+        occurrence = np.full(ids.shape, self.epoch, np.int64) if epochs is None else np.asarray(epochs, np.int64)
+        if occurrence.shape != ids.shape:
+            raise ValueError(f"{self.strategy}: epochs shape {occurrence.shape} != prompt_ids shape {ids.shape}")
+        return counter_rng.uniform(counter_rng.scalar_key(self.seed, stream, self.step), ids, occurrence)
 
     def begin_step(self, step: int, *, epoch: int = 0) -> None:
         """Opens a training step; `epoch` is the prompt stream's epoch when the step begins."""

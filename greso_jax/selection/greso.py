@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 
-from greso_jax.selection import counter_rng
 from greso_jax.selection.base import PassConfig, StrategySettings, check_prompt_ids
 from greso_jax.selection.dynamic_sampling import DynamicSamplingSelector
 from greso_jax.selection.registry import register_strategy
@@ -125,11 +124,7 @@ class GresoSelector(DynamicSamplingSelector):
 
     def should_keep(self, prompt_ids, epochs=None) -> np.ndarray:
         ids = check_prompt_ids(prompt_ids, self.num_prompts, "greso.should_keep")
-        occurrence = np.full(ids.shape, self.epoch, np.int64) if epochs is None else np.asarray(epochs, np.int64)
-        if occurrence.shape != ids.shape:
-            raise ValueError(f"greso.should_keep: epochs shape {occurrence.shape} != prompt_ids shape {ids.shape}")
-        draws = counter_rng.uniform(counter_rng.scalar_key(self.seed, _KEEP_STREAM, self.step), ids, occurrence)
-        return draws < self.keep_probabilities(ids)
+        return self.occurrence_uniforms(ids, epochs, _KEEP_STREAM) < self.keep_probabilities(ids)
 
     def _classify_skipped(self, ids: np.ndarray) -> tuple[int, int]:
         streak = self.streak[ids]

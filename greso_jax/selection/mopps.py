@@ -47,7 +47,6 @@ from typing import Any
 import numpy as np
 from scipy import special
 
-from greso_jax.selection import counter_rng
 from greso_jax.selection.base import PassConfig, StrategySettings, check_prompt_ids
 from greso_jax.selection.dynamic_sampling import DynamicSamplingSelector
 from greso_jax.selection.registry import register_strategy
@@ -114,11 +113,7 @@ class MoppsSelector(DynamicSamplingSelector):
         """θ̂ ~ Beta(α, β) per occurrence, float64 [N]: the inverse CDF of a uniform keyed by
         (seed, step, prompt id, epoch); `epochs` int [N] (None: the step's epoch)."""
         ids = check_prompt_ids(prompt_ids, self.num_prompts, "mopps.thompson_draws")
-        occurrence = np.full(ids.shape, self.epoch, np.int64) if epochs is None else np.asarray(epochs, np.int64)
-        if occurrence.shape != ids.shape:
-            raise ValueError(f"mopps: epochs shape {occurrence.shape} != prompt_ids shape {ids.shape}")
-        uniforms = counter_rng.uniform(counter_rng.scalar_key(self.seed, _THOMPSON_STREAM, self.step), ids,
-                                       occurrence)
+        uniforms = self.occurrence_uniforms(ids, epochs, _THOMPSON_STREAM)
         alpha, beta = self.posterior(ids)
         return special.betaincinv(alpha, beta, uniforms)
 

@@ -47,14 +47,13 @@ from typing import Any
 
 import numpy as np
 
-from greso_jax.selection import counter_rng
 from greso_jax.selection.base import PassConfig, StrategySettings, check_prompt_ids
 from greso_jax.selection.dynamic_sampling import DynamicSamplingSelector
 from greso_jax.selection.groups import Group, PassRequest
 from greso_jax.selection.registry import register_strategy
 from greso_jax.specs import BOOL, FLOAT, ConfigError, Spec, field
 
-_KEEP_STREAM = 3  # counter_rng stream id of the keep decisions (GRESO uses 1)
+_KEEP_STREAM = 3  # counter_rng stream of the keep decisions (GRESO uses 1; MoPPS, never in the same run, 3 too)
 _UNIT = Spec(FLOAT, 0, 1)
 _CALIBRATION_MEMORY = 0.8  # weight of earlier passes in the running observed / predicted ratio
 _POPULATION_MEMORY = 0.9  # weight of earlier steps in the population moments the prior is fitted to
@@ -161,11 +160,7 @@ class PosteriorSelector(DynamicSamplingSelector):
 
     def should_keep(self, prompt_ids, epochs=None) -> np.ndarray:
         ids = check_prompt_ids(prompt_ids, self.num_prompts, "posterior.should_keep")
-        occurrence = np.full(ids.shape, self.epoch, np.int64) if epochs is None else np.asarray(epochs, np.int64)
-        if occurrence.shape != ids.shape:
-            raise ValueError(f"posterior.should_keep: epochs shape {occurrence.shape} != prompt_ids shape {ids.shape}")
-        draws = counter_rng.uniform(counter_rng.scalar_key(self.seed, _KEEP_STREAM, self.step), ids, occurrence)
-        return draws < self.keep_probabilities(ids)
+        return self.occurrence_uniforms(ids, epochs, _KEEP_STREAM) < self.keep_probabilities(ids)
 
     def predicted_informative_rate(self) -> float:
         """Expected share of informative groups among the prompts the stream will keep next, calibrated."""
