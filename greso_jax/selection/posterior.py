@@ -155,8 +155,12 @@ class PosteriorSelector(DynamicSamplingSelector):
     def keep_probabilities(self, prompt_ids) -> np.ndarray:
         """Keep probability per prompt, float64 [N]: 1 below the threshold or without evidence, else `explore`."""
         ids = check_prompt_ids(prompt_ids, self.num_prompts, "posterior.keep_probabilities")
+        return self._keep_given(ids, self.zero_variance_chances(ids))
+
+    def _keep_given(self, ids: np.ndarray, chances: np.ndarray) -> np.ndarray:
+        """The keep rule from already computed chances (float64 [N] each)."""
         unseen = (self.correct[ids] + self.incorrect[ids]) == 0
-        return np.where((self.zero_variance_chances(ids) < self.threshold) | unseen, 1.0, self.settings.explore)
+        return np.where((chances < self.threshold) | unseen, 1.0, self.settings.explore)
 
     def should_keep(self, prompt_ids, epochs=None) -> np.ndarray:
         ids = check_prompt_ids(prompt_ids, self.num_prompts, "posterior.should_keep")
@@ -166,7 +170,7 @@ class PosteriorSelector(DynamicSamplingSelector):
         """Expected share of informative groups among the prompts the stream will keep next, calibrated."""
         ids = np.arange(self.num_prompts)
         chances = self.zero_variance_chances(ids)
-        keep = self.keep_probabilities(ids)
+        keep = self._keep_given(ids, chances)  # every pass sizes from all prompts: compute the chances once
         informative = np.sum(keep * (1.0 - chances)) / max(np.sum(keep), 1e-12)
         return float(np.clip(informative * self.calibration, 1e-3, 1.0))
 
