@@ -7,6 +7,7 @@ import logging
 import re
 import sys
 import traceback
+import warnings
 
 from absl import app, flags
 from absl import logging as absl_logging
@@ -41,6 +42,12 @@ def _is_user_error(error: BaseException, extra: tuple[type[BaseException], ...])
 def _fail(message: str, verbose: bool) -> None:
     if verbose:
         traceback.print_exc()
+    else:
+        # Orbax's async writers leave failed asyncio tasks and unawaited coroutines behind; asyncio and
+        # the warnings module report them when they are collected, which can be after our line, at
+        # interpreter exit. The main thread reports that failure here, so the error line stays the last.
+        logging.getLogger("asyncio").disabled = True
+        warnings.simplefilter("ignore")
     print(f"error: {message}", file=sys.stderr)
     sys.exit(USAGE_ERROR)
 
