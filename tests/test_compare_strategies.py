@@ -82,9 +82,10 @@ def test_the_comparison_needs_the_baseline_and_variants_map_to_runs(tmp_path):
     config, overrides = compare_strategies.run_arguments("/x/c.py", "ds_fixed", 2, ["--config.train.num_steps=5"])
     assert config == "/x/c.py:dynamic_sampling"
     assert overrides == ["--config.seed=2", "--config.selection.dynamic_sampling.pass_sizing=fixed",
-                         "--config.train.num_steps=5"]
-    _, greso = compare_strategies.run_arguments("/x/c.py", "greso", 0, [])
-    assert "--config.eval.skip_audit_fraction=0.1" in greso
+                         "--config.eval.skip_audit_fraction=0.1", "--config.train.num_steps=5"]
+    for strategy in ("greso", "posterior", "mopps"):
+        _, overrides = compare_strategies.run_arguments("/x/c.py", strategy, 0, [])
+        assert "--config.eval.skip_audit_fraction=0.1" in overrides
     assert compare_strategies.default_variants()[:3] == ["vanilla", "ds_fixed", "dynamic_sampling"]
 
 

@@ -1,14 +1,14 @@
 """The headline benchmark: every registered training strategy on one task, over seeds, compared at
-equal accuracy (responses, tokens and time to reach a target), with GRESO's skip precision.
+equal accuracy (responses, tokens and time to reach a target), with each selector's skip precision.
 
   python experiments/bench/compare_strategies.py --seeds 0,1,2 --root runs/compare \
       [--config experiments/arith_headline.py] [--strategies vanilla,ds_fixed,...] [--report_dir DIR] [--config.x=y ...]
 
 Each run is `python -m greso_jax.train --config CONFIG:STRATEGY --config.seed=S --workdir ROOT/VARIANT/seedS`
 with the same config for all (extra --config.* flags go to every run; the variant ds_fixed is
-Dynamic Sampling with the papers' fixed passes); GRESO runs also roll out a
-random 10% of the prompts they skip (eval.skip_audit_fraction, never trained on, its cost
-reported apart). Runs go one after the other; a finished run is not launched again, and the
+Dynamic Sampling with the papers' fixed passes); runs of strategies that skip before
+rollout (GRESO, posterior, MoPPS) also roll out a random 10% of the prompts they skip
+(eval.skip_audit_fraction, never trained on, its cost reported apart). Runs go one after the other; a finished run is not launched again, and the
 runs of one seed share the seed's supervised warm start (train.warmstart_cache_dir = ROOT/warmstart). `--collect_only` reads finished runs.
 
 The target accuracy is DS-fixed's (the papers' baseline) final mean held-out accuracy minus one
@@ -72,12 +72,11 @@ def strategy_of(variant: str) -> str:
 
 def run_arguments(config_file: str, variant: str, seed: int, overrides: Sequence[str]) -> tuple[str, list[str]]:
     """The config argument and the overrides of one run: the config file's variant is the strategy;
-    ds_fixed is Dynamic Sampling with fixed passes; GRESO runs audit a share of their skips."""
+    ds_fixed is Dynamic Sampling with fixed passes; every run audits a share of its pre-rollout skips."""
     extra = [f"--config.seed={seed}"]
     if variant == BASELINE:
         extra.append("--config.selection.dynamic_sampling.pass_sizing=fixed")
-    if strategy_of(variant) == "greso":
-        extra.append(f"--config.eval.skip_audit_fraction={AUDIT_FRACTION}")
+    extra.append(f"--config.eval.skip_audit_fraction={AUDIT_FRACTION}")  # a strategy that never skips audits nothing
     return f"{config_file}:{strategy_of(variant)}", extra + list(overrides)
 
 
