@@ -116,7 +116,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.selection = ml_collections.ConfigDict()
     c.selection.strategy = "greso"  # a registered strategy (greso_jax.selection.STRATEGIES) or alias ("ds")
     c.selection.update(dataclasses.asdict(selection.PassConfig()))  # the pass sizing shared by all strategies
-    for name in selection.STRATEGIES:
+    for name in selection.training_strategies():
         if selection.STRATEGIES.get(name).Settings is not None:
             c.selection[name] = ml_collections.ConfigDict(selection.default_settings(name))
 
@@ -379,7 +379,7 @@ def _as_config_error(check) -> None:
 def selection_field_docs() -> list[tuple[str, object, str]]:
     """(dotted field, default, one-line doc) for `selection.*` and every strategy section, for docs and --help."""
     rows = [(f"selection.{f.name}", f.default, f.metadata["doc"]) for f in dataclasses.fields(selection.PassConfig)]
-    for name in selection.STRATEGIES:
+    for name in selection.training_strategies():
         settings = selection.STRATEGIES.get(name).Settings
         if settings is not None:
             rows += [(f"selection.{name}.{f.name}", f.default, f.metadata["doc"]) for f in dataclasses.fields(settings)]

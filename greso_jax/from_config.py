@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 from jax.sharding import Mesh
 
 from greso_jax import selection
@@ -51,13 +52,23 @@ def sampling_kwargs(config) -> dict:
             "row_buckets": tuple(s.row_buckets), "max_rows_per_call": int(s.max_rows_per_call)}
 
 
-def selector_from_config(config, num_prompts: int) -> selection.Selector:
-    """The strategy config.selection names, with the shared pass sizing and its own section."""
+def selector_from_config(config, num_prompts: int, prompt_levels=None) -> selection.Selector:
+    """The strategy config.selection names, with the shared pass sizing and its own section.
+    prompt_levels: the data's level per prompt id (int [num_prompts], -1 none), for strategies that use it."""
     sel = config.selection
     strategy = selection.resolve_strategy(sel.strategy)
     passes = selection.PassConfig(**{f.name: sel[f.name] for f in dataclasses.fields(selection.PassConfig)})
+    extras = {"prompt_levels": prompt_levels} if selection.STRATEGIES.get(strategy).uses_prompt_levels else {}
     return selection.make_selector(strategy, num_prompts=num_prompts, group_size=int(config.rl.group_size),
-                                   seed=int(config.seed), passes=passes, settings=sel.get(strategy))
+                                   seed=int(config.seed), passes=passes, settings=sel.get(strategy), **extras)
+
+
+def prompt_levels(rows) -> np.ndarray:
+    """The level of each prompt id (its `difficulty`; -1 where the data has none), int64 [max id + 1]."""
+    levels = np.full(max(r.prompt_id for r in rows) + 1, -1, np.int64)
+    for r in rows:
+        levels[r.prompt_id] = r.difficulty
+    return levels
 
 
 def rows_from_config(config) -> tuple[PromptRows, dict[str, PromptRows]]:

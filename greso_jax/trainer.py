@@ -23,7 +23,8 @@ from greso_jax.checkpoint import Checkpointer, checkpoint_dir, restore_run_state
 from greso_jax.compile_time import compile_seconds
 from greso_jax.configs import validate
 from greso_jax.data.pipeline import PromptPipeline
-from greso_jax.from_config import learner_from_config, rows_from_config, sampling_kwargs, selector_from_config
+from greso_jax.from_config import (learner_from_config, prompt_levels, rows_from_config, sampling_kwargs,
+                                   selector_from_config)
 from greso_jax.metrics import MetricsWriter, Progress, format_table, plot_run, read_metrics
 from greso_jax.parallel import multihost
 from greso_jax.parallel.sharding import mesh_from_config
@@ -63,7 +64,8 @@ class Trainer:
         self.model = build_policy(c, self.tokenizer, self.train_rows, self.workdir, self.mesh, log=self.log,
                                   report=self.warmstart)
         self.learner = learner_from_config(self.model, c, self.mesh)
-        self.selector = selector_from_config(c, num_prompts=max(r.prompt_id for r in self.train_rows) + 1)
+        levels = prompt_levels(self.train_rows)
+        self.selector = selector_from_config(c, num_prompts=levels.size, prompt_levels=levels)
         self.pipeline = PromptPipeline(
             self.train_rows, self.tokenizer, template=c.data.prompt_template,
             max_prompt_length=c.data.max_prompt_length, seed=c.seed, shuffle=c.data.shuffle,

@@ -1,7 +1,11 @@
 """from_config: the experiment config maps onto the learner's and the sampler's explicit settings."""
 
 from greso_jax.configs import get_config
-from greso_jax.from_config import learner_from_config, loss_config, optimizer_settings, sampling_kwargs
+import numpy as np
+
+from greso_jax.data.rows import PromptRow
+from greso_jax.from_config import (learner_from_config, loss_config, optimizer_settings, prompt_levels, sampling_kwargs,
+                                   selector_from_config)
 from greso_jax.models import PRESETS, init_model
 from greso_jax.rl.losses import LossConfig
 from greso_jax.rl.optim import OptimizerSettings
@@ -28,3 +32,16 @@ def test_sampling_kwargs():
         "max_new_tokens": c.sampling.max_new_tokens, "temperature": 1.0, "top_p": 1.0, "top_k": 5,
         "prompt_buckets": tuple(c.sampling.prompt_length_buckets), "row_buckets": tuple(c.sampling.row_buckets),
         "max_rows_per_call": 64}
+
+
+def test_the_datas_levels_reach_the_strategies_that_use_them():
+    rows = [PromptRow(prompt_id=i, question="q", ground_truth="1", data_source="arith", difficulty=i % 3)
+            for i in (0, 1, 2, 4)]  # id 3 is missing (a dropped row): no level
+    levels = prompt_levels(rows)
+    np.testing.assert_array_equal(levels, [0, 1, 2, -1, 1])
+    c = get_config()
+    c.selection.strategy = "posterior"
+    np.testing.assert_array_equal(selector_from_config(c, num_prompts=5, prompt_levels=levels).level_index,
+                                  [1, 2, 3, 0, 2])
+    c.selection.strategy = "greso"  # takes no levels: they are not passed
+    assert selector_from_config(c, num_prompts=5, prompt_levels=levels).strategy == "greso"

@@ -1,10 +1,10 @@
 """The posterior selector: Beta-binomial prediction of zero-variance groups, the keep rule, its
-threshold, pass sizing from the prediction, state."""
+threshold, pass sizing from the prediction, state; its known-rate bound."""
 
 import numpy as np
 import pytest
 
-from greso_jax.configs import ConfigError
+from greso_jax.configs import ConfigError, get_config, validate
 from greso_jax.selection import make_selector, run_selection_step
 from greso_jax.selection.posterior import zero_variance_chance
 
@@ -129,7 +129,7 @@ def test_the_prior_is_fitted_to_a_u_shaped_population_and_unseen_prompts_are_kep
     selector.observe_counts(np.arange(100), np.array([8] * 45 + [0] * 45 + [4] * 10), np.full(100, 8))
     selector.end_step()
     selector.begin_step(2)
-    alpha, beta = selector.prior()
+    (alpha,), (beta,) = selector.prior()  # one level index: the whole population
     assert alpha + beta < 1.0 and alpha == pytest.approx(beta, rel=0.05)  # U-shaped: mass at 0 and 1
     chances = selector.zero_variance_chances(np.array([0, 50, 95]))
     assert chances[0] > 0.85 and chances[1] > 0.85 and chances[2] < 0.2
@@ -138,3 +138,65 @@ def test_the_prior_is_fitted_to_a_u_shaped_population_and_unseen_prompts_are_kep
     uniform.observe_counts(np.array([0]), np.array([8]), np.array([8]))
     assert uniform.zero_variance_chances(np.array([0]))[0] == pytest.approx(0.5294, abs=1e-3)
     np.testing.assert_array_equal(selector.keep_probabilities(np.array([0, 95, 150])), [0.005, 1.0, 1.0])
+
+
+def _levelled(level_prior=True):
+    """200 prompts: ids 0-99 of level 0, 100-199 of level 1; level 0 always solved, level 1 half the time."""
+    levels = np.repeat([0, 1], 100)
+    selector = make_selector("posterior", num_prompts=200, group_size=8, seed=0, prompt_levels=levels,
+                             settings={"threshold": 0.5, "level_prior": level_prior})
+    selector.begin_step(1)
+    selector.observe_counts(np.r_[0:50, 100:150], np.array([8] * 50 + [4] * 50), np.full(100, 8))
+    selector.end_step()
+    selector.begin_step(2)
+    return selector
+
+
+def test_unseen_prompts_borrow_their_levels_prior():
+    selector = _levelled()
+    alpha, beta = selector.prior(np.array([60, 160]))
+    assert alpha[0] / (alpha[0] + beta[0]) > 0.95 and abs(alpha[1] / (alpha[1] + beta[1]) - 0.5) < 0.05
+    # Unseen prompt 60 is of a mastered level: predicted all-correct, skipped but for exploration;
+    # unseen prompt 160 is of a half-solved level: kept.
+    np.testing.assert_array_equal(selector.keep_probabilities(np.array([60, 160])), [0.005, 1.0])
+    chances = selector.zero_variance_chances(np.array([60, 160]))
+    assert chances[0] > 0.8 and chances[1] < 0.1
+    # Without level priors every unseen prompt is kept and shares the population's prior.
+    flat = _levelled(level_prior=False)
+    np.testing.assert_array_equal(flat.keep_probabilities(np.array([60, 160])), [1.0, 1.0])
+    assert flat.zero_variance_chances(np.array([60]))[0] == pytest.approx(flat.zero_variance_chances(
+        np.array([160]))[0])
+
+
+def test_level_moments_survive_a_checkpoint_and_a_different_level_count_is_refused():
+    selector = _levelled()
+    state = selector.state_dict()
+    restored = make_selector("posterior", num_prompts=200, group_size=8, seed=0, prompt_levels=np.repeat([0, 1], 100),
+                             settings={"threshold": 0.5})
+    restored.load_state_dict(state)
+    ids = np.arange(200)
+    np.testing.assert_array_equal(restored.keep_probabilities(ids), selector.keep_probabilities(ids))
+    other = make_selector("posterior", num_prompts=200, group_size=8, seed=0, settings={"threshold": 0.5})
+    with pytest.raises(ValueError, match=r"population must have shape \[1, 4\]"):
+        other.load_state_dict(state)
+    with pytest.raises(ValueError, match="prompt_levels"):
+        make_selector("posterior", num_prompts=200, group_size=8, seed=0, prompt_levels=np.zeros(5, int))
+
+
+def test_known_rate_is_the_posterior_rule_on_the_true_rates_and_only_for_the_simulator():
+    rates = np.linspace(0.0, 1.0, 11)
+    selector = make_selector("known_rate", num_prompts=11, group_size=4, seed=0, settings={"threshold": 0.3},
+                             success=lambda step, ids: rates[ids])
+    selector.begin_step(1)
+    ids = np.arange(11)
+    chances = selector.zero_variance_chances(ids)
+    np.testing.assert_allclose(chances, rates ** 4 + (1 - rates) ** 4)
+    # No history needed and no exploration by default: kept exactly where the true chance is below 0.3.
+    np.testing.assert_array_equal(selector.keep_probabilities(ids), (chances < 0.3).astype(float))
+    with pytest.raises(ValueError, match="success"):
+        make_selector("known_rate", num_prompts=11, group_size=4, seed=0)
+    config = get_config()
+    assert "known_rate" not in config.selection and "oracle" not in config.selection
+    config.selection.strategy = "known_rate"
+    with pytest.raises(ConfigError, match="simulation-only"):
+        validate(config)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import time
 
 import numpy as np
@@ -60,6 +61,7 @@ class LatentPopulation:
         counts = np.floor(np.array([fractions[k] for k in CLASS_FRACTIONS]) * num_prompts).astype(int)
         counts[2] += num_prompts - counts.sum()  # rounding remainder goes to "learnable"
         kind = rng.permutation(np.repeat(np.arange(len(counts)), counts))
+        self.kind = kind  # the class index per prompt (CLASS_FRACTIONS order): the prompts' level with --levels
         n, T = num_prompts, float(horizon)
         self.start, self.end = np.zeros(n), np.zeros(n)
         self.t0, self.width = np.zeros(n), np.ones(n)
@@ -175,15 +177,24 @@ class PromptStream:
 
 
 def run_strategy(strategy: str, settings: SimSettings, fractions: dict[str, float] | None = None,
-                 **strategy_overrides) -> dict[str, float]:
+                 levels: bool = False, **strategy_overrides) -> dict[str, float]:
     """Runs `settings.steps` steps of one strategy; returns totals over the run.
 
     fractions: the population's class fractions (None: CLASS_FRACTIONS; see `calibrated_fractions`).
-    strategy_overrides: fields of the strategy's own section (e.g. delta_p=0.02 for GRESO).
+    levels: prompts carry their class as a data level (as the arithmetic pools carry difficulty),
+    for strategies that use levels. strategy_overrides: fields of the strategy's own section (e.g.
+    delta_p=0.02 for GRESO).
     """
     population = LatentPopulation(settings.num_prompts, settings.steps, settings.seed, fractions)
     rollouts = BernoulliRollouts(population, settings.seed)
-    extras = {"outcome": rollouts.outcome(settings.group_size)} if STRATEGIES.get(strategy).simulation_only else {}
+    cls = STRATEGIES.get(strategy)
+    # What only the simulator knows, for the bounds that need it: the next outcomes, the true rates.
+    foresight = {"outcome": rollouts.outcome(settings.group_size),
+                 "success": lambda step, ids: population.success(ids, step)}
+    wanted = inspect.signature(cls.__init__).parameters
+    extras = {k: v for k, v in foresight.items() if k in wanted} if cls.simulation_only else {}
+    if levels and cls.uses_prompt_levels:
+        extras["prompt_levels"] = population.kind
     selector = make_selector(
         strategy, num_prompts=settings.num_prompts, group_size=settings.group_size, seed=settings.seed,
         passes=PassConfig(rollout_batch_size=settings.rollout_batch_size, min_pass_size=settings.min_pass_size,
@@ -241,11 +252,17 @@ def greso_efficiency(ds_responses: float, greso_responses: float, oracle_respons
     return (ds_responses - greso_responses) / (ds_responses - oracle_responses)
 
 
-def all_runs(settings: SimSettings, fractions: dict[str, float] | None = None) -> dict[str, dict[str, float]]:
+def all_runs(settings: SimSettings, fractions: dict[str, float] | None = None,
+             levels: bool = False) -> dict[str, dict[str, float]]:
     """Every registered strategy with its defaults; Dynamic Sampling once per pass sizing
-    ("dynamic_sampling" is the adaptive default, "dynamic_sampling:fixed" the papers' baseline)."""
-    results = {name: run_strategy(name, settings, fractions) for name in STRATEGIES}
+    ("dynamic_sampling" is the adaptive default, "dynamic_sampling:fixed" the papers' baseline);
+    with `levels`, strategies that use levels also run without them (as "<name>:no_levels")."""
+    results = {name: run_strategy(name, settings, fractions, levels) for name in STRATEGIES}
     results["dynamic_sampling:fixed"] = run_strategy("dynamic_sampling", settings, fractions, pass_sizing="fixed")
+    if levels:
+        for name in STRATEGIES:
+            if STRATEGIES.get(name).uses_prompt_levels:
+                results[f"{name}:no_levels"] = run_strategy(name, settings, fractions)
     return results
 
 
@@ -257,12 +274,14 @@ def main() -> None:
     for field in dataclasses.fields(SimSettings):
         parser.add_argument(f"--{field.name.replace('_', '-')}", type=int, default=field.default)
     parser.add_argument("--quick", action="store_true", help="5k prompts, 80 steps")
+    parser.add_argument("--levels", action="store_true", help="prompts carry their class as a data level "
+                        "(strategies that use levels also run without)")
     args = parser.parse_args()
     settings = SimSettings(**{f.name: getattr(args, f.name) for f in dataclasses.fields(SimSettings)})
     if args.quick:
         settings = dataclasses.replace(settings, num_prompts=5000, steps=80)
     started = time.perf_counter()
-    results = all_runs(settings)
+    results = all_runs(settings, levels=args.levels)
     print(f"settings: {settings}")
     print("\n| strategy | responses | effective prompts | responses / effective prompt | full-batch steps "
           "| mean passes | surplus groups | skip precision | coverage |")
@@ -273,7 +292,7 @@ def main() -> None:
               f"{r['surplus_groups']:.0f} | {r['skip_precision']:.3f} | {r['coverage']:.3f} |")
     oracle = results["oracle"]["responses"]
     for ds in ("dynamic_sampling", "dynamic_sampling:fixed"):
-        for name in ("greso", "mopps", "posterior"):
+        for name in ("greso", "mopps", "posterior", "posterior:no_levels", "known_rate"):
             if name in results:
                 mine = results[name]["responses"]
                 print(f"vs {ds}: {name} efficiency (DS − {name}) / (DS − oracle) = "

@@ -1,10 +1,11 @@
-"""Selective rollout strategies behind one interface (plain NumPy): vanilla, DS, GRESO, AERO, MoPPS, posterior, oracle.
+"""Selective rollout strategies behind one interface (plain NumPy): vanilla, DS, GRESO, AERO, MoPPS, posterior;
+and the simulator's two bounds, oracle and known_rate.
 
 Importing this package registers every built-in strategy in `STRATEGIES`, in this order.
 """
 
 from greso_jax.selection import (vanilla, dynamic_sampling, greso, aero, mopps, posterior,  # noqa: F401  (registers)
-                                 oracle)
+                                 oracle, known_rate)
 from greso_jax.selection.aero import AeroSelector, AeroSettings
 from greso_jax.selection.base import (OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_MIXED, OUTCOME_NONE,
                                       MaxPassesReached, PassConfig, Selector, StrategySettings)

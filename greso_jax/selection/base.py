@@ -85,6 +85,7 @@ class Selector:
     strategy: ClassVar[str] = "base"  # the registered name (set by `register_strategy`)
     Settings: ClassVar[type | None] = None  # the strategy's config section, a StrategySettings dataclass
     simulation_only: ClassVar[bool] = False  # True: needs foresight only the simulator has (the oracle)
+    uses_prompt_levels: ClassVar[bool] = False  # True: takes `prompt_levels` (the data's level per prompt, -1 none)
 
     def __init__(self, num_prompts: int, *, group_size: int = 8, pass_config: PassConfig | None = None,
                  seed: int = 0):

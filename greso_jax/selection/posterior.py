@@ -12,8 +12,15 @@ Choices (docs/design.md, "Posterior"):
   nearly never solved), and a uniform prior cannot say so: after one all-correct group of 8 it
   predicts another with chance 0.53, where the fitted prior of such a population says ~0.9.
   Until `_MIN_PRIOR_GROUPS` groups are seen, and with fit_prior off, Beta(prior_alpha,
-  prior_beta). A prompt without evidence is always kept (its prediction would be the
-  population's, which says nothing about it), so every prompt is tried once.
+  prior_beta).
+- Level priors (`level_prior`): when the data labels prompts with a level (the arithmetic pools'
+  difficulty; `prompt_levels`, -1 for none), each level with `_MIN_PRIOR_GROUPS` groups seen gets
+  its own fitted prior, and its prompts use it instead of the population's: a prompt of a level
+  the policy has mastered is predicted all-correct before its first rollout, and one with
+  evidence is shrunk toward its level rather than toward the whole pool.
+- Unseen prompts: a prompt without evidence is kept unless its level's prior predicts a
+  zero-variance group (then `explore`, as any predicted one). Without a level prior it is always
+  kept: the population's prediction says nothing about one prompt, so every prompt is tried once.
 - Posterior: Beta(prior + correct, prior + incorrect). The chance that the next group
   of G responses is zero-variance is E[p^G + (1-p)^G] under it, which for a Beta is a product of
   G ratios (no sampling): E[p^G] = prod_{i<G} (a+i)/(a+b+i). A prompt never rolled out has the
@@ -77,6 +84,8 @@ class PosteriorSettings(StrategySettings):
     threshold_min: float = field(0.05, _UNIT, "lower clamp of the threshold")
     target_zero_variance: float = field(0.15, _UNIT, "zero-variance ratio of rolled-out groups the threshold "
                                         "aims at")
+    level_prior: bool = field(True, Spec(BOOL), "prompts whose data gives a level (the arithmetic pools' "
+                              "difficulty) use a prior fitted to their level's groups once it has enough")
     pass_margin: float = field(1.05, Spec(FLOAT, 1), "over-provisioning of a pass over its predicted need")
     max_pass_factor: float = field(4.0, Spec(FLOAT, 1), "largest pass, in multiples of train_batch_size")
 
@@ -99,27 +108,33 @@ class PosteriorSelector(DynamicSamplingSelector):
     """Skips prompts whose decayed Beta posterior predicts a zero-variance group (module docstring)."""
 
     Settings = PosteriorSettings
+    uses_prompt_levels = True
 
     def __init__(self, num_prompts: int, *, fit_prior: bool = True, prior_alpha: float = 1.0, prior_beta: float = 1.0,
                  decay: float = 0.7,
                  explore: float = 0.005, threshold: float = 0.5, threshold_step: float = 0.02,
-                 threshold_min: float = 0.05, target_zero_variance: float = 0.15, pass_margin: float = 1.05,
-                 max_pass_factor: float = 4.0, group_size: int = 8, pass_config: PassConfig | None = None,
-                 seed: int = 0):
+                 threshold_min: float = 0.05, target_zero_variance: float = 0.15, level_prior: bool = True,
+                 pass_margin: float = 1.05, max_pass_factor: float = 4.0, group_size: int = 8,
+                 pass_config: PassConfig | None = None, seed: int = 0, prompt_levels=None):
         super().__init__(num_prompts, pass_sizing="adaptive", group_size=group_size, pass_config=pass_config,
                          seed=seed)
         self.settings = PosteriorSettings(
-            fit_prior=fit_prior, prior_alpha=prior_alpha, prior_beta=prior_beta, decay=decay, explore=explore, threshold=threshold,
-            threshold_step=threshold_step, threshold_min=threshold_min, target_zero_variance=target_zero_variance,
-            pass_margin=pass_margin, max_pass_factor=max_pass_factor).checked("selection.posterior")
+            fit_prior=fit_prior, prior_alpha=prior_alpha, prior_beta=prior_beta, decay=decay, explore=explore,
+            threshold=threshold, threshold_step=threshold_step, threshold_min=threshold_min,
+            target_zero_variance=target_zero_variance, level_prior=level_prior, pass_margin=pass_margin,
+            max_pass_factor=max_pass_factor).checked("selection.posterior")
+        # Level index per prompt: 0 = no level, l + 1 = data level l.
+        self.level_index = _level_index(prompt_levels, self.num_prompts)
+        self.num_levels = int(self.level_index.max()) + 1
         self.threshold = float(self.settings.threshold)
         self.calibration = 1.0  # running observed / predicted informative groups
         self.correct = np.zeros(self.num_prompts, np.float32)  # decayed evidence
         self.incorrect = np.zeros(self.num_prompts, np.float32)
         self.step_informed = 0  # rolled-out groups whose prompt had evidence before the rollout
         self._train_batch_size = 1  # set by each step's first_pass
-        # Decayed (groups, sum of success fractions, sum of their squares, sum of group sizes) seen so far.
-        self.population = np.zeros(4, np.float64)
+        # Decayed (groups, sum of success fractions, sum of their squares, sum of group sizes) seen so
+        # far: row 0 the whole population, row l + 1 the prompts of level l.
+        self.population = np.zeros((self.num_levels, 4), np.float64)
         self._prior = self.fitted_prior()
 
     # -- prediction ----------------------------------------------------------------------------
@@ -128,39 +143,56 @@ class PosteriorSelector(DynamicSamplingSelector):
         super().begin_step(step, epoch=epoch)
         self._prior = self.fitted_prior()  # fixed for the step, as the threshold: decisions do not change mid-step
 
-    def prior(self) -> tuple[float, float]:
-        """(alpha, beta) of the Beta prior in force this step."""
-        return self._prior
+    def prior(self, prompt_ids=None) -> tuple[np.ndarray, np.ndarray]:
+        """(alpha, beta) of the Beta prior in force this step: per prompt of `prompt_ids` (float64 [N]
+        each), or, without ids, per level index ([num_levels]; index 0: the whole population)."""
+        alpha, beta, _ = self._prior
+        if prompt_ids is None:
+            return alpha, beta
+        levels = self.level_index[prompt_ids]
+        return alpha[levels], beta[levels]
 
-    def fitted_prior(self) -> tuple[float, float]:
-        """(alpha, beta) fitted to the population's moments so far, or the configured prior."""
+    def fitted_prior(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(alpha, beta, own) per level index ([num_levels] each): index 0 fitted to the whole
+        population's moments so far, each level's to its own once it has enough groups (own True),
+        else the population's; the configured prior until then or with fit_prior off."""
         s = self.settings
-        groups, total, squares, sizes = self.population
-        if not s.fit_prior or groups < _MIN_PRIOR_GROUPS:
-            return s.prior_alpha, s.prior_beta
-        mean = min(max(total / groups, 1e-3), 1 - 1e-3)
-        variance = max(squares / groups - mean ** 2, 0.0)
-        n = max(sizes / groups, 2.0)
-        # Beta-binomial: Var(k/n) = m(1-m)(1 + (n-1) rho) / n with rho = 1 / (alpha + beta + 1).
-        rho = min(max((n * variance / (mean * (1 - mean)) - 1) / (n - 1), 1e-3), 0.999)
-        strength = 1 / rho - 1
-        return mean * strength, (1 - mean) * strength
+        alpha = np.full(self.num_levels, s.prior_alpha, np.float64)
+        beta = np.full(self.num_levels, s.prior_beta, np.float64)
+        own = np.zeros(self.num_levels, bool)
+        if not s.fit_prior:
+            return alpha, beta, own
+        for level, moments in enumerate(self.population):
+            fitted = _fit_beta(moments) if level == 0 or s.level_prior else None
+            if fitted is not None:
+                alpha[level], beta[level] = fitted
+                own[level] = level > 0
+            elif level > 0:
+                alpha[level], beta[level] = alpha[0], beta[0]
+        return alpha, beta, own
 
     def zero_variance_chances(self, prompt_ids) -> np.ndarray:
         """Predicted chance that each prompt's next group is zero-variance, float64 [N]."""
         ids = check_prompt_ids(prompt_ids, self.num_prompts, "posterior.zero_variance_chances")
-        alpha, beta = self.prior()
+        alpha, beta = self.prior(ids)
         return zero_variance_chance(alpha + self.correct[ids], beta + self.incorrect[ids], self.group_size)
 
     def keep_probabilities(self, prompt_ids) -> np.ndarray:
-        """Keep probability per prompt, float64 [N]: 1 below the threshold or without evidence, else `explore`."""
+        """Keep probability per prompt, float64 [N]: 1 below the threshold or without evidence (unless its
+        level's prior predicts zero variance), else `explore`."""
         ids = check_prompt_ids(prompt_ids, self.num_prompts, "posterior.keep_probabilities")
         return self._keep_given(ids, self.zero_variance_chances(ids))
 
     def _keep_given(self, ids: np.ndarray, chances: np.ndarray) -> np.ndarray:
         """The keep rule from already computed chances (float64 [N] each)."""
-        unseen = (self.correct[ids] + self.incorrect[ids]) == 0
-        return np.where((chances < self.threshold) | unseen, 1.0, self.settings.explore)
+        unseen = ~self.has_evidence(ids)
+        # An unseen prompt is judged only by a prior of its own level, never by the population's.
+        own_prior = self._prior[2][self.level_index[ids]]
+        return np.where((chances < self.threshold) | (unseen & ~own_prior), 1.0, self.settings.explore)
+
+    def has_evidence(self, ids: np.ndarray) -> np.ndarray:
+        """bool [N]: the prompt has been rolled out (its prediction is its own, not only a prior's)."""
+        return (self.correct[ids] + self.incorrect[ids]) > 0
 
     def should_keep(self, prompt_ids, epochs=None) -> np.ndarray:
         ids = check_prompt_ids(prompt_ids, self.num_prompts, "posterior.should_keep")
@@ -191,16 +223,15 @@ class PosteriorSelector(DynamicSamplingSelector):
     # -- history -------------------------------------------------------------------------------
 
     def _classify_skipped(self, ids: np.ndarray) -> tuple[int, int]:
-        s = self.settings
-        mean = (s.prior_alpha + self.correct[ids]) / (s.prior_alpha + s.prior_beta + self.correct[ids]
-                                                      + self.incorrect[ids])
+        alpha, beta = self.prior(ids)
+        mean = (alpha + self.correct[ids]) / (alpha + beta + self.correct[ids] + self.incorrect[ids])
         return int(np.count_nonzero(mean > 0.5)), int(np.count_nonzero(mean <= 0.5))
 
     def _update_history(self, ids, num_correct, num_samples, easy, hard) -> None:
         # Calibration: what the posterior predicted for these groups against what they were.
         chances = self.zero_variance_chances(ids)
         # The evidence is unchanged since the keep decision, so this is what the prediction said then.
-        seen = (self.correct[ids] + self.incorrect[ids]) > 0
+        seen = self.has_evidence(ids)
         predicted_kept = seen & (chances < self.threshold)
         self.step_informed += int(seen.sum())
         self.step_predicted_kept += int(predicted_kept.sum())
@@ -211,7 +242,9 @@ class PosteriorSelector(DynamicSamplingSelector):
             m = _CALIBRATION_MEMORY
             self.calibration = m * self.calibration + (1 - m) * observed / predicted
         fractions = num_correct / num_samples
-        self.population += (ids.size, fractions.sum(), np.square(fractions).sum(), num_samples.sum())
+        moments = np.stack([np.ones_like(fractions), fractions, np.square(fractions), num_samples], axis=1)
+        self.population[0] += moments.sum(axis=0)
+        np.add.at(self.population, self.level_index[ids], moments * (self.level_index[ids] > 0)[:, None])
         decay = np.float32(self.settings.decay)
         for row, prompt in enumerate(ids):  # in rollout order: a prompt may appear twice in one call
             self.correct[prompt] = decay * self.correct[prompt] + num_correct[row]
@@ -252,8 +285,9 @@ class PosteriorSelector(DynamicSamplingSelector):
                                  f"got {value.shape}")
             setattr(self, name, value.astype(np.float32).copy())
         population = np.asarray(state["population"], np.float64)
-        if population.shape != (4,):
-            raise ValueError(f"posterior.load_state_dict: population must have shape [4], got {population.shape}")
+        if population.shape != (self.num_levels, 4):
+            raise ValueError(f"posterior.load_state_dict: population must have shape [{self.num_levels}, 4] "
+                             f"(one row per level index of this run's data), got {population.shape}")
         self.population = population.copy()
         self._prior = self.fitted_prior()  # what begin_step computed from the same moments
         self.threshold = float(state["threshold"])
@@ -261,3 +295,29 @@ class PosteriorSelector(DynamicSamplingSelector):
         self.step_informed = int(state["step_informed"])
         self.step_predicted_kept = int(state["step_predicted_kept"])
         self.step_predicted_kept_zero_variance = int(state["step_predicted_kept_zero_variance"])
+
+
+def _level_index(prompt_levels, num_prompts: int) -> np.ndarray:
+    """prompt_levels (int [num_prompts], -1 = no level; None: no levels) -> level index int64 [num_prompts]."""
+    if prompt_levels is None:
+        return np.zeros(num_prompts, np.int64)
+    levels = np.asarray(prompt_levels)
+    if levels.shape != (num_prompts,) or not np.issubdtype(levels.dtype, np.integer) or (levels < -1).any():
+        raise ValueError(f"posterior: prompt_levels must be integers >= -1 of shape [{num_prompts}], "
+                         f"got {levels.dtype} {levels.shape}")
+    return levels.astype(np.int64) + 1
+
+
+def _fit_beta(moments: np.ndarray) -> tuple[float, float] | None:
+    """The Beta whose beta-binomial matches decayed moments (groups, sum of success fractions, sum of
+    their squares, sum of group sizes); None before `_MIN_PRIOR_GROUPS` groups."""
+    groups, total, squares, sizes = moments
+    if groups < _MIN_PRIOR_GROUPS:
+        return None
+    mean = min(max(total / groups, 1e-3), 1 - 1e-3)
+    variance = max(squares / groups - mean ** 2, 0.0)
+    n = max(sizes / groups, 2.0)
+    # Beta-binomial: Var(k/n) = m(1-m)(1 + (n-1) rho) / n with rho = 1 / (alpha + beta + 1).
+    rho = min(max((n * variance / (mean * (1 - mean)) - 1) / (n - 1), 1e-3), 0.999)
+    strength = 1 / rho - 1
+    return mean * strength, (1 - mean) * strength
