@@ -200,3 +200,33 @@ def test_known_rate_is_the_posterior_rule_on_the_true_rates_and_only_for_the_sim
     config.selection.strategy = "known_rate"
     with pytest.raises(ConfigError, match="simulation-only"):
         validate(config)
+
+
+def test_the_supply_floor_keeps_a_share_of_the_pool_and_stops_the_threshold_winding_down():
+    def observed(min_keep_share):
+        selector = make_selector("posterior", num_prompts=100, group_size=8, seed=0, settings={
+            "threshold": 0.3, "threshold_min": 0.05, "min_keep_share": min_keep_share})
+        selector.begin_step(1)
+        # 10 prompts half solved, 20 solved 7 times in 8, 70 always solved.
+        selector.observe_counts(np.arange(100), np.array([4] * 10 + [7] * 20 + [8] * 70), np.full(100, 8))
+        selector.end_step()
+        selector.begin_step(2)
+        return selector
+
+    ids = np.arange(100)
+    assert np.count_nonzero(observed(0.0).keep_probabilities(ids) == 1.0) == 10  # no floor: the 4/8 ones only
+    selector = observed(0.3)
+    keep = selector.keep_probabilities(ids)
+    np.testing.assert_array_equal(np.flatnonzero(keep == 1.0), np.arange(30))  # the 30 least predictable
+    assert selector.threshold_in_force() > selector.threshold == 0.3
+    # The kept 7/8 prompts are often all-correct, far above the target: the threshold would move down,
+    # but the floor is what decides, so it stays (no windup below the floor).
+    selector.observe_counts(np.arange(30), np.array([4] * 10 + [8] * 20), np.full(30, 8))
+    selector.end_step()
+    assert selector.threshold == 0.3
+    restored = make_selector("posterior", num_prompts=100, group_size=8, seed=0, settings={
+        "threshold": 0.3, "threshold_min": 0.05, "min_keep_share": 0.3})
+    restored.load_state_dict(selector.state_dict())
+    selector.begin_step(3)
+    restored.begin_step(3)
+    np.testing.assert_array_equal(restored.keep_probabilities(ids), selector.keep_probabilities(ids))

@@ -29,6 +29,14 @@ Choices (docs/design.md, "Posterior"):
   the floor that keeps re-testing skipped prompts (a prompt's prediction only changes when it is
   rolled out). Draws are counter-based, keyed by (seed, stream, step) x (prompt, occurrence
   epoch), as GRESO's, so resume and every host decide the same.
+- Supply floor (`min_keep_share`): the threshold in force is never below the chance that keeps
+  that share of the pool (the `min_keep_share` quantile of all prompts' predicted chances, fixed
+  per step). Where zero variance is hard to predict (a small model at temperature 1 repeats an
+  outcome far less reliably than the simulator's prompts), the target below is out of reach and
+  the threshold would wind down to its clamp; the selector then skipped 99% of a 3,000-prompt
+  pool, cycled through it several times per step, trained on the few prompts it kept and lost
+  held-out accuracy. The floor bounds how narrow the kept set can get (the GRESO paper's
+  regime: up to 80% of prompts zero-variance, so 0.2 by default).
 - Threshold: one global value, moved by `threshold_step` after each step toward the target
   zero-variance ratio of the groups the prediction kept (down: skip more when they were more
   often zero-variance than the target). Groups kept by exploration are left out of that ratio:
@@ -84,6 +92,8 @@ class PosteriorSettings(StrategySettings):
     threshold_min: float = field(0.05, _UNIT, "lower clamp of the threshold")
     target_zero_variance: float = field(0.15, _UNIT, "zero-variance ratio of rolled-out groups the threshold "
                                         "aims at")
+    min_keep_share: float = field(0.2, _UNIT, "the threshold in force keeps at least this share of the pool "
+                                  "(a floor on its predicted chances' quantile); 0: no floor")
     level_prior: bool = field(True, Spec(BOOL), "prompts whose data gives a level (the arithmetic pools' "
                               "difficulty) use a prior fitted to their level's groups once it has enough")
     pass_margin: float = field(1.05, Spec(FLOAT, 1), "over-provisioning of a pass over its predicted need")
@@ -113,7 +123,8 @@ class PosteriorSelector(DynamicSamplingSelector):
     def __init__(self, num_prompts: int, *, fit_prior: bool = True, prior_alpha: float = 1.0, prior_beta: float = 1.0,
                  decay: float = 0.7,
                  explore: float = 0.005, threshold: float = 0.5, threshold_step: float = 0.02,
-                 threshold_min: float = 0.05, target_zero_variance: float = 0.15, level_prior: bool = True,
+                 threshold_min: float = 0.05, target_zero_variance: float = 0.15, min_keep_share: float = 0.2,
+                 level_prior: bool = True,
                  pass_margin: float = 1.05, max_pass_factor: float = 4.0, group_size: int = 8,
                  pass_config: PassConfig | None = None, seed: int = 0, prompt_levels=None):
         super().__init__(num_prompts, pass_sizing="adaptive", group_size=group_size, pass_config=pass_config,
@@ -121,7 +132,8 @@ class PosteriorSelector(DynamicSamplingSelector):
         self.settings = PosteriorSettings(
             fit_prior=fit_prior, prior_alpha=prior_alpha, prior_beta=prior_beta, decay=decay, explore=explore,
             threshold=threshold, threshold_step=threshold_step, threshold_min=threshold_min,
-            target_zero_variance=target_zero_variance, level_prior=level_prior, pass_margin=pass_margin,
+            target_zero_variance=target_zero_variance, min_keep_share=min_keep_share, level_prior=level_prior,
+            pass_margin=pass_margin,
             max_pass_factor=max_pass_factor).checked("selection.posterior")
         # Level index per prompt: 0 = no level, l + 1 = data level l.
         self.level_index = _level_index(prompt_levels, self.num_prompts)
@@ -136,12 +148,29 @@ class PosteriorSelector(DynamicSamplingSelector):
         # far: row 0 the whole population, row l + 1 the prompts of level l.
         self.population = np.zeros((self.num_levels, 4), np.float64)
         self._prior = self.fitted_prior()
+        self._supply_threshold = 0.0  # the floor min_keep_share puts under the threshold this step
 
     # -- prediction ----------------------------------------------------------------------------
 
     def begin_step(self, step: int, *, epoch: int = 0) -> None:
         super().begin_step(step, epoch=epoch)
         self._prior = self.fitted_prior()  # fixed for the step, as the threshold: decisions do not change mid-step
+        self._supply_threshold = self.supply_threshold()
+
+    def supply_threshold(self) -> float:
+        """The lowest threshold under which `min_keep_share` of the pool is kept (the prompts kept
+        whatever their chance, unseen ones, count toward it); 0 with no floor or when those suffice."""
+        ids = np.arange(self.num_prompts)
+        judged = ~self._kept_unjudged(ids)
+        needed = math.ceil(self.settings.min_keep_share * self.num_prompts) - int(np.count_nonzero(~judged))
+        if needed <= 0:
+            return 0.0
+        chances = np.sort(self.zero_variance_chances(ids[judged]))
+        return float(np.nextafter(chances[min(needed, chances.size) - 1], np.inf))
+
+    def threshold_in_force(self) -> float:
+        """The skip threshold this step's decisions use: the adapted one, or the supply floor above it."""
+        return max(self.threshold, self._supply_threshold)
 
     def prior(self, prompt_ids=None) -> tuple[np.ndarray, np.ndarray]:
         """(alpha, beta) of the Beta prior in force this step: per prompt of `prompt_ids` (float64 [N]
@@ -185,10 +214,12 @@ class PosteriorSelector(DynamicSamplingSelector):
 
     def _keep_given(self, ids: np.ndarray, chances: np.ndarray) -> np.ndarray:
         """The keep rule from already computed chances (float64 [N] each)."""
-        unseen = ~self.has_evidence(ids)
-        # An unseen prompt is judged only by a prior of its own level, never by the population's.
-        own_prior = self._prior[2][self.level_index[ids]]
-        return np.where((chances < self.threshold) | (unseen & ~own_prior), 1.0, self.settings.explore)
+        return np.where((chances < self.threshold_in_force()) | self._kept_unjudged(ids), 1.0, self.settings.explore)
+
+    def _kept_unjudged(self, ids: np.ndarray) -> np.ndarray:
+        """bool [N]: kept whatever the prediction says. An unseen prompt is judged only by a prior of
+        its own level, never by the population's."""
+        return ~self.has_evidence(ids) & ~self._prior[2][self.level_index[ids]]
 
     def has_evidence(self, ids: np.ndarray) -> np.ndarray:
         """bool [N]: the prompt has been rolled out (its prediction is its own, not only a prior's)."""
@@ -232,7 +263,7 @@ class PosteriorSelector(DynamicSamplingSelector):
         chances = self.zero_variance_chances(ids)
         # The evidence is unchanged since the keep decision, so this is what the prediction said then.
         seen = self.has_evidence(ids)
-        predicted_kept = seen & (chances < self.threshold)
+        predicted_kept = seen & (chances < self.threshold_in_force())
         self.step_informed += int(seen.sum())
         self.step_predicted_kept += int(predicted_kept.sum())
         self.step_predicted_kept_zero_variance += int(np.count_nonzero(predicted_kept & (easy | hard)))
@@ -262,6 +293,8 @@ class PosteriorSelector(DynamicSamplingSelector):
         ratio = self.step_predicted_kept_zero_variance / self.step_predicted_kept
         move = -self.settings.threshold_step if ratio > self.settings.target_zero_variance \
             else self.settings.threshold_step
+        if move < 0 and self._supply_threshold >= self.threshold:
+            return  # the supply floor decides: winding the threshold down under it would only wind it up
         self.threshold = min(max(self.threshold + move, self.settings.threshold_min), 1.0)
 
     def _p_easy_metric(self) -> float:
@@ -291,6 +324,7 @@ class PosteriorSelector(DynamicSamplingSelector):
         self.population = population.copy()
         self._prior = self.fitted_prior()  # what begin_step computed from the same moments
         self.threshold = float(state["threshold"])
+        self._supply_threshold = self.supply_threshold()  # from the restored evidence, as begin_step did
         self.calibration = float(state["calibration"])
         self.step_informed = int(state["step_informed"])
         self.step_predicted_kept = int(state["step_predicted_kept"])
