@@ -5,7 +5,7 @@
 
 Each run is `python -m greso_jax.train --config CONFIG --config.selection.greso.delta_p=V
 --workdir ROOT/dp_V` (extra --config.* flags are passed to every run), launched one after the
-other; a finished run (its summary.json exists) is not launched again, an interrupted one
+other and sharing one supervised warm start (train.warmstart_cache_dir = ROOT/warmstart); a finished run (its summary.json exists) is not launched again, an interrupted one
 resumes from its checkpoint. `--print_only` prints the commands instead (to launch them on a
 cluster); `--collect_only` only reads the finished runs. The results go to ROOT:
 ablation.txt (table), ablation.json and accuracy_vs_rollouts.png. `--knob` sweeps another field
@@ -26,7 +26,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:  # run as a script from anywhere: greso_jax is the sibling package
     sys.path.insert(0, REPO_ROOT)
 
-from experiments.sweep import (absolute_config, is_finished, run_logged, share_warmstart,  # noqa: E402
+from experiments.sweep import (absolute_config, is_finished, run_logged, shared_warmstart,  # noqa: E402
                                train_command)
 from greso_jax.metrics import format_table, read_lines  # noqa: E402
 
@@ -68,9 +68,8 @@ def run_sweep(config: str, values: Sequence[float], root: str, overrides: Sequen
         if is_finished(workdir):
             log(f"{run_name(value)}: finished earlier, not launched again")
             continue
-        os.makedirs(workdir, exist_ok=True)
-        share_warmstart(workdirs, workdir)
-        if not run_logged(launch_command(config, value, workdir, overrides, knob), workdir, run_name(value), log=log):
+        command = launch_command(config, value, workdir, [*overrides, shared_warmstart(root)], knob)
+        if not run_logged(command, workdir, run_name(value), log=log):
             failed.append(value)
     return failed
 
@@ -194,8 +193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     root = os.path.abspath(args.workdir_root)
     if args.print_only:
         for value in values:
-            print(shlex.join(launch_command(config, value, os.path.join(root, run_name(value)), overrides,
-                                            args.knob)))
+            print(shlex.join(launch_command(config, value, os.path.join(root, run_name(value)),
+                                            [*overrides, shared_warmstart(root)], args.knob)))
         return 0
     failed = [] if args.collect_only else run_sweep(config, values, root, overrides, knob=args.knob)
     runs = collect(root, values)

@@ -3,10 +3,8 @@ config paths, finished-run detection, a shared supervised warm start, one logged
 
 from __future__ import annotations
 
-import glob
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 from typing import Sequence
@@ -30,16 +28,11 @@ def is_finished(workdir: str) -> bool:
     return os.path.exists(os.path.join(workdir, "summary.json"))
 
 
-def share_warmstart(workdirs: Sequence[str], target: str) -> None:
-    """Copies a sibling's finished supervised warm start into `target` (the trainer re-checks the
-    copy's settings key before reusing it, so a sibling with other settings costs only the copy)."""
-    if os.path.exists(os.path.join(target, "warmstart")):
-        return
-    for other in workdirs:
-        source = os.path.join(other, "warmstart")
-        if other != target and glob.glob(os.path.join(source, "*", "warmstart.json")):  # a finished keyed cache
-            shutil.copytree(source, os.path.join(target, "warmstart"))
-            return
+def shared_warmstart(root: str) -> str:
+    """The override that makes every run under `root` share one keyed warm-start cache
+    (ROOT/warmstart): the first run with given warm-start settings trains and publishes it, the
+    others reuse it (the trainer checks the settings key)."""
+    return f"--config.train.warmstart_cache_dir={os.path.join(os.path.abspath(root), 'warmstart')}"
 
 
 def run_logged(command: Sequence[str], workdir: str, name: str, log=print) -> bool:

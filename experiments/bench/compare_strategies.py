@@ -37,7 +37,7 @@ if REPO_ROOT not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, REPO_ROOT)
 
 from experiments.bench import selection_sim  # noqa: E402
-from experiments.sweep import absolute_config, is_finished, run_logged, train_command  # noqa: E402
+from experiments.sweep import absolute_config, is_finished, run_logged, shared_warmstart, train_command  # noqa: E402
 from greso_jax.metrics import read_lines  # noqa: E402
 from greso_jax.selection import resolve_strategy, training_strategies  # noqa: E402
 
@@ -92,7 +92,7 @@ def run_all(config_file: str, variants: Sequence[str], seeds: Sequence[int], roo
                 log(f"{name}: finished earlier, not launched again")
                 continue
             config, run_overrides = run_arguments(config_file, variant, seed, overrides)
-            run_overrides.append(f"--config.train.warmstart_cache_dir={os.path.join(os.path.abspath(root), 'warmstart')}")
+            run_overrides.append(shared_warmstart(root))
             command = train_command(config, workdir, run_overrides)
             if not run_logged(command, workdir, name, log=log):
                 failed.append(name)
