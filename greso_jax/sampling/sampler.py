@@ -54,7 +54,8 @@ class SampleOutput:
                untruncated by top-k / top-p; 0 after the end
     lengths    int32 [N*G], response length counting the EOS token when one was produced (<= the row's budget)
     truncated  bool [N*G], True when no EOS came within the row's token budget
-    kv_cache_bytes   bytes of the KV cache the program allocated (prompt + response caches, bucket size)
+    kv_cache_bytes   bytes of the KV cache the program allocated (prompt + response caches, bucket size;
+               with compaction, the peak while the first compaction gathers)
     prompt_rows, rows, prompt_length   the bucketed shapes the program ran at
                (`generate_in_chunks`: the largest over its calls)
     prompts    the N prompts (token-id lists) in order: row r answers prompts[r // num_samples]
