@@ -229,7 +229,9 @@ def evaluate(checkpoint: str, *, config=None, benchmarks: Sequence[str] | None =
                 temperature=settings.temperature, top_p=settings.top_p, max_new_tokens=settings.max_new_tokens,
                 seed=settings.seed, pool=pool, max_prompt_length=settings.max_prompt_length,
                 prompt_buckets=tuple(config.sampling.prompt_length_buckets),
-                row_buckets=tuple(config.sampling.row_buckets), batch_prompts=batch_prompts, mesh=mesh)
+                row_buckets=tuple(config.sampling.row_buckets),
+                min_compact_rows=int(config.sampling.min_compact_rows), batch_prompts=batch_prompts,
+                mesh=mesh)
             metrics = benchmark_metrics(correct, settings.pass_k)
             metrics["prompts_too_long"] = sum(
                 len(tokenizer.encode(format_prompt(row, settings.template, tokenizer))) > settings.max_prompt_length

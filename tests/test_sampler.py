@@ -12,6 +12,7 @@ from conftest import make_hf_checkpoint
 from greso_jax.models import PRESETS, from_pretrained, init_model
 from greso_jax.parallel import multihost
 from greso_jax.sampling import compile_count, generate, generate_in_chunks, lower_generate
+from greso_jax.sampling.compaction import segment_rows
 from greso_jax.sampling.sampler import DEFAULT_ROW_BUCKETS, bucket_at_least
 
 VOCAB = 97
@@ -295,6 +296,43 @@ def test_generate_in_chunks_splits_the_budgets():
     np.testing.assert_array_equal(chunked.lengths, np.repeat(budgets, 2))  # no EOS: every row spends its budget
 
 
+def test_segment_rows_halve_down_to_the_floor_in_multiples_of_the_mesh():
+    assert segment_rows(192, 8) == (96, 48, 24, 12)
+    assert segment_rows(24, 3) == (12, 6, 3)
+    assert segment_rows(24, 4, multiple=4) == (12, 8, 4)  # ceil(12 / 2) = 6 -> 8: splits over 4 devices
+    assert segment_rows(8, 8) == () and segment_rows(192, 0) == ()
+
+
+TAIL_BUDGETS = [32, 1, 5, 32, 12, 3, 32, 8, 20]  # 18 rows in a 24-row bucket: 16 live after step 1, 6 after 20
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_compaction_keeps_every_row(checkpoint, prompts, temperature):
+    _, model = checkpoint
+    kwargs = dict(num_samples=2, max_new_tokens=TAIL_BUDGETS, max_new_tokens_cap=32, rng=jax.random.key(31),
+                  temperature=temperature)
+    # An EOS that some rows emit before their budget runs out and others never emit.
+    probe = generate(model, prompts, eos_ids=(0,), **kwargs)
+    eos = next(int(t) for t in probe.tokens[::2, 2:6].ravel() if 0 < (probe.tokens == t).any(1).sum() < 12)
+    plain = generate(model, prompts, eos_ids=(eos,), **kwargs)
+    compacted = generate(model, prompts, eos_ids=(eos,), min_compact_rows=6, **kwargs)
+    row_budgets = np.repeat(TAIL_BUDGETS, 2)
+    assert plain.rows == 24 and not plain.truncated.all()
+    assert (plain.truncated & (plain.lengths < 32)).any(), "rows stopped by a budget below the cap"
+    assert (~plain.truncated & (plain.lengths < row_budgets)).any(), "rows stopped by EOS"
+    for field in ("tokens", "lengths", "truncated"):
+        np.testing.assert_array_equal(getattr(compacted, field), getattr(plain, field))
+    # Not bitwise: XLA:CPU rounds a float32 matmul's rows differently at other row counts (the
+    # compacted segments run 12 and then 6 rows).
+    np.testing.assert_allclose(compacted.logprobs, plain.logprobs, atol=1e-5, rtol=0)
+    lowered = lower_generate(model, prompts, eos_ids=(eos,), min_compact_rows=6, **kwargs).as_text()
+    cfg = model.cfg
+    for rows in (12, 6):  # each segment's response cache, one group of one per row
+        assert f"tensor<{rows}x1x{cfg.num_kv_heads}x31x{cfg.head_dim}xf32>" in lowered, rows
+    per_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4
+    assert compacted.kv_cache_bytes == plain.kv_cache_bytes + per_token * 12 * (31 + 32)
+
+
 @pytest.mark.parametrize("bad, message", [
     (dict(max_new_tokens=[4, 0]), r"max_new_tokens: budgets must be >= 1"),
     (dict(max_new_tokens=[4, 4, 4]), r"max_new_tokens: expected an int or 2 integer budgets"),
@@ -325,6 +363,7 @@ def test_bad_budgets_name_the_argument(bad, message):
     (dict(eos_ids=(99,)), "eos_ids"),
     (dict(prompts=[[1] * 40]), "prompt length 40 exceeds"),
     (dict(row_buckets=(8, 4)), "row_buckets"),
+    (dict(min_compact_rows=-1), "min_compact_rows"),
 ])
 def test_bad_arguments_name_the_field(bad, message):
     model = init_model(PRESETS["tiny-test"])

@@ -23,17 +23,25 @@ prompts = [[1, 2, 3], [4, 5, 6, 7, 8, 9], [10], [11, 12]] + [[13, 14, 15, 16]] *
 kwargs = dict(num_samples=3, max_new_tokens=12, rng=jax.random.key(4), temperature=0.9, top_p=0.95,
               eos_ids=(7,), prompt_buckets=(16,), row_buckets=(24,))
 single = generate(model, prompts, **kwargs)
+budgets = [12, 2, 3, 12, 1, 5]
+single_tail = generate(model, prompts, **dict(kwargs, max_new_tokens=budgets, max_new_tokens_cap=12))
 report = {}
 for name, axes in (("data2_fsdp2", (2, 2, 1)), ("data2_tensor2", (2, 1, 2))):
     mesh = make_mesh(*axes)
     sharded = generate(model, prompts, mesh=mesh, **kwargs)
     placed = generate(place_on_mesh(model, mesh), prompts, **kwargs)  # the mesh read from the parameters
     compiled = lower_generate(model, prompts, mesh=mesh, **kwargs).compile()
+    # Compaction under the mesh: segments of 12, 6 and 4 rows (multiples of the data-parallel size 2).
+    compacted = generate(model, prompts, mesh=mesh, min_compact_rows=4, **dict(kwargs, max_new_tokens=budgets,
+                                                                               max_new_tokens_cap=12))
     report[name] = dict(
         tokens_equal=bool((sharded.tokens == single.tokens).all() and (placed.tokens == single.tokens).all()),
         logprob_diff=float(np.abs(sharded.logprobs - single.logprobs).max()),
         lengths_equal=bool((sharded.lengths == single.lengths).all()),
         prompt_rows=sharded.prompt_rows,
+        compacted_equal=bool((compacted.tokens == single_tail.tokens).all()
+                             and (compacted.lengths == single_tail.lengths).all()),
+        compacted_logprob_diff=float(np.abs(compacted.logprobs - single_tail.logprobs).max()),
         prompt_ids_spec=str(compiled.input_shardings[0][1].spec),
         out_spec=str(compiled.output_shardings[0].spec),
     )
@@ -52,6 +60,7 @@ def test_generate_under_a_mesh_matches_single_device():
     for name, r in report.items():
         assert r["tokens_equal"] and r["lengths_equal"], name
         assert r["logprob_diff"] <= 1e-5, name
+        assert r["compacted_equal"] and r["compacted_logprob_diff"] <= 1e-5, name
         assert r["prompt_rows"] % 2 == 0, name  # prompt rows padded to a multiple of the data-parallel size
     assert report["data2_fsdp2"]["prompt_ids_spec"] == "P(('data', 'fsdp'), None)"
     assert report["data2_fsdp2"]["out_spec"] == "P(('data', 'fsdp'), None)"

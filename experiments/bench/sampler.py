@@ -14,7 +14,8 @@ measured in the same run, over the measured decode time).
 --long_tail draws one token budget per prompt from a log-normal with median 30% of --new_tokens,
 clipped at --new_tokens so that 10% of prompts get the full length (stratified quantiles, shuffled
 with a fixed seed), the shape of response lengths under EOS; it reports useful tokens/s (sum of
-response lengths / time) next to the no-EOS tokens/s at the same shape.
+response lengths / time) next to the no-EOS tokens/s at the same shape, without and with live-row
+compaction (--min_compact_rows; the no-EOS time is measured again with compaction on).
 
 Tunix runs in a subprocess with its own interpreter (a separate venv with requirements-peers.txt),
 so the project's pinned stack is untouched; `--tunix_worker` is that subprocess's entry point.
@@ -119,8 +120,17 @@ def bench_greso(args, prompts, cfg_name):
         compiled_before = compile_count()
         tail = generate(model, prompts, rng=jax.random.key(2), **tail_kwargs)
         assert compile_count() == compiled_before, "the budgets must reuse the no-EOS program"
-        tail_s = _best_time(lambda: generate(model, prompts, rng=jax.random.key(3), **tail_kwargs), args.repeats)
-        long_tail = dict(seconds=tail_s, useful_tokens=int(tail.lengths.sum()), budgets=budgets)
+        long_tail = dict(useful_tokens=int(tail.lengths.sum()), budgets=budgets, seconds={}, no_eos_seconds={})
+        for compact in (0, args.min_compact_rows):
+            on = dict(min_compact_rows=compact)
+            generate(model, prompts, rng=jax.random.key(2), **tail_kwargs, **on)  # compiles when compacting
+            long_tail["seconds"][compact] = _best_time(
+                lambda: generate(model, prompts, rng=jax.random.key(3), **tail_kwargs, **on), args.repeats)
+            long_tail["no_eos_seconds"][compact] = seconds if not compact else _best_time(
+                lambda: generate(model, prompts, rng=jax.random.key(1), **kwargs, **on), args.repeats)
+        compacted = generate(model, prompts, rng=jax.random.key(2), **tail_kwargs,
+                             min_compact_rows=args.min_compact_rows)
+        long_tail["rows_changed"] = int((compacted.tokens != tail.tokens).any(axis=1).sum())
 
     graphdef, state = nnx.split(model)
     prefill_jit = jax.jit(lambda s, ids, lengths: prefill(nnx.merge(graphdef, s), ids, lengths))
@@ -238,6 +248,8 @@ def main():
     parser.add_argument("--peak_size", type=int, default=2048, help="matmul side for the measured peak")
     parser.add_argument("--bandwidth_mib", type=int, default=256, help="array size for the measured bandwidth")
     parser.add_argument("--long_tail", action="store_true", help="also time long-tailed per-prompt budgets")
+    parser.add_argument("--min_compact_rows", type=int, default=8,
+                        help="--long_tail: also time live-row compaction down to this many rows")
     parser.add_argument("--tunix_python", default="/tmp/venv-peers/bin/python")
     parser.add_argument("--skip_transformers", action="store_true")
     parser.add_argument("--workdir", default=tempfile.mkdtemp(prefix="bench-sampler-"))
@@ -301,11 +313,16 @@ def main():
         print(f"long tail: budgets median {np.median(budgets):.0f}, mean {budgets.mean():.1f}, "
               f"{(budgets == args.new_tokens).mean():.0%} at {args.new_tokens}; "
               f"{tail['useful_tokens']} useful of {tokens} slots")
-        print(f"{'greso_jax':<14}{'seconds':>10}{'tokens/s':>12}")
-        print(f"{'no EOS':<14}{ours['seconds']:>10.2f}{tokens / ours['seconds']:>12.0f}")
-        useful = tail["useful_tokens"] / tail["seconds"]
-        print(f"{'long tail':<14}{tail['seconds']:>10.2f}{useful:>12.0f}  useful tokens/s = "
-              f"{useful / (tokens / ours['seconds']):.2f}x the no-EOS rate")
+        print(f"{'greso_jax':<24}{'no-EOS s':>10}{'tokens/s':>10}{'long-tail s':>12}{'useful tok/s':>14}"
+              f"{'ratio':>7}")
+        for compact, tail_s in tail["seconds"].items():
+            name = f"compaction to {compact} rows" if compact else "no compaction"
+            no_eos_s = tail["no_eos_seconds"][compact]
+            useful = tail["useful_tokens"] / tail_s
+            print(f"{name:<24}{no_eos_s:>10.2f}{tokens / no_eos_s:>10.0f}{tail_s:>12.2f}{useful:>14.0f}"
+                  f"{useful / (tokens / ours['seconds']):>6.2f}x")
+        print(f"ratio: useful tokens/s over the no-EOS tokens/s without compaction; rows whose tokens "
+              f"compaction changed (float rounding of other matmul shapes): {tail['rows_changed']}")
     for note in notes:
         print(note)
 

@@ -23,6 +23,7 @@ from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from greso_jax.models.weights import param_shardings
 from greso_jax.parallel.sharding import batch_sharding
+from greso_jax.sampling.compaction import Rows, compact, row_prompts, segment_rows, ungroup
 from greso_jax.sampling.kv_cache import decode_step, empty_response_cache, prefill
 from greso_jax.sampling.token_sampling import SamplingMode, choose_tokens, mode_of, row_keys
 from greso_jax.parallel import multihost
@@ -53,7 +54,8 @@ class SampleOutput:
                untruncated by top-k / top-p; 0 after the end
     lengths    int32 [N*G], response length counting the EOS token when one was produced (<= the row's budget)
     truncated  bool [N*G], True when no EOS came within the row's token budget
-    kv_cache_bytes   bytes of the KV cache the program allocated (prompt + response caches, bucket size)
+    kv_cache_bytes   bytes of the KV cache the program allocated (prompt + response caches, bucket size;
+               with compaction, the peak while the first compaction gathers)
     prompt_rows, rows, prompt_length   the bucketed shapes the program ran at
                (`generate_in_chunks`: the largest over its calls)
     prompts    the N prompts (token-id lists) in order: row r answers prompts[r // num_samples]
@@ -80,6 +82,7 @@ class _Plan:
     prompt_length: int  # Tp
     group: int
     max_new_tokens: int  # the cap: length dimension of the outputs; per-row budgets are traced
+    compact_rows: tuple[int, ...] = ()  # row counts of the decode segments after the first (compaction)
 
     @property
     def rows(self) -> int:
@@ -174,7 +177,9 @@ def _placement(model, params, mesh):
 def _program(params, prompt_ids, prompt_lengths, budgets, key, temperature, top_p, eos_ids, *, graphdef, rest,
              plan: _Plan, mode: SamplingMode, pad_id: int, mesh):
     """The whole sampling call: prefill on [Np, Tp], then decode all Np*G rows until each has met
-    EOS or its prompt's budget (budgets int32 [Np], traced: a new budget does not recompile)."""
+    EOS or its prompt's budget (budgets int32 [Np], traced: a new budget does not recompile).
+    With `plan.compact_rows`, decode leaves its first segment once few enough rows are live and
+    continues in segments of those row counts (see `greso_jax.sampling.compaction`)."""
     model = nnx.merge(graphdef, params, rest)
     if mesh is None:
         constrain = lambda x: x  # noqa: E731
@@ -196,37 +201,78 @@ def _program(params, prompt_ids, prompt_lengths, budgets, key, temperature, top_
     response_cache = empty_response_cache(model, plan.prompt_rows, group, plan.response_slots, constrain)
     # `ended`: the row produced EOS; `done`: it produced EOS or spent its budget (then it only emits padding).
     ended = is_eos(first)
-    init = (jnp.int32(1), first, ended, ended | (row_budgets <= 1), jnp.ones((rows,), jnp.int32), tokens, logprobs,
-            response_cache)
+    state = (jnp.int32(1), first, ended, ended | (row_budgets <= 1), jnp.ones((rows,), jnp.int32), tokens, logprobs,
+             response_cache)
 
-    def keep_going(state):
-        step, _, _, done = state[:4]
-        return (step < steps) & ~jnp.all(done)
+    def decode(state, ids, budgets, prompts, lengths_of_prompts, leave_at):
+        """Runs one segment's while loop over the rows `ids` (None: all rows, in order, grouped by
+        prompt) until every row is done, no step is left, or at most `leave_at` rows are live."""
+        def keep_going(state):
+            step, _, _, done = state[:4]
+            go = (step < steps) & ~jnp.all(done)
+            return go if leave_at is None else go & (jnp.sum(~done) > leave_at)
 
-    def one_token(state):
-        step, current, ended, done, lengths, tokens, logprobs, cache = state
-        logits, cache = decode_step(model, current, prompt_cache, cache, prompt_lengths, step - 1, constrain)
-        chosen, chosen_lp = choose_tokens(logits, row_keys(key, step, row_ids), mode, temperature, top_p)
-        chosen = jnp.where(done, pad_id, chosen)
-        chosen_lp = jnp.where(done, 0.0, chosen_lp)
-        tokens = jax.lax.dynamic_update_slice(tokens, chosen[:, None], (0, step))
-        logprobs = jax.lax.dynamic_update_slice(logprobs, chosen_lp[:, None], (0, step))
-        lengths = lengths + (~done).astype(jnp.int32)
-        ended = ended | (~done & is_eos(chosen))
-        return step + 1, chosen, ended, ended | (lengths >= row_budgets), lengths, tokens, logprobs, cache
+        def one_token(state):
+            step, current, ended, done, lengths, tokens, logprobs, cache = state
+            logits, cache = decode_step(model, current, prompts, cache, lengths_of_prompts, step - 1, constrain)
+            chosen, chosen_lp = choose_tokens(logits, row_keys(key, step, row_ids if ids is None else ids), mode,
+                                              temperature, top_p)
+            chosen = jnp.where(done, pad_id, chosen)
+            chosen_lp = jnp.where(done, 0.0, chosen_lp)
+            if ids is None:
+                tokens = jax.lax.dynamic_update_slice(tokens, chosen[:, None], (0, step))
+                logprobs = jax.lax.dynamic_update_slice(logprobs, chosen_lp[:, None], (0, step))
+            else:
+                tokens = tokens.at[ids, step].set(chosen, unique_indices=True)
+                logprobs = logprobs.at[ids, step].set(chosen_lp, unique_indices=True)
+            lengths = lengths + (~done).astype(jnp.int32)
+            ended = ended | (~done & is_eos(chosen))
+            return step + 1, chosen, ended, ended | (lengths >= budgets), lengths, tokens, logprobs, cache
 
-    _, _, ended, _, lengths, tokens, logprobs, _ = jax.lax.while_loop(keep_going, one_token, init)
+        return jax.lax.while_loop(keep_going, one_token, state)
+
+    sizes = plan.compact_rows
+    step, current, ended, done, lengths, tokens, logprobs, cache = decode(
+        state, None, row_budgets, prompt_cache, prompt_lengths, sizes[0] if sizes else None)
+    if not sizes:
+        return tokens, logprobs, lengths, ~ended
+
+    def segments_from(i, step, live: Rows, tokens, logprobs, all_lengths, all_ended):
+        """Segments i, i+1, ... after the rows `live` (every row's final length and EOS flag so far
+        in all_*: rows leave a segment only when done). Skipped when no row or step is left, so a
+        call without a long tail gathers nothing."""
+        def rest():
+            rows = compact(live, sizes[i], constrain)
+            prompts, lengths_of_prompts = row_prompts(prompt_cache, prompt_lengths, rows.ids // group, constrain)
+            leave_at = sizes[i + 1] if i + 1 < len(sizes) else None
+            out = decode((step, rows.current, rows.ended, rows.done, rows.lengths, tokens, logprobs, rows.cache),
+                         rows.ids, row_budgets[rows.ids], prompts, lengths_of_prompts, leave_at)
+            next_step, current, ended, done, lengths, next_tokens, next_logprobs, cache = out
+            outputs = (next_tokens, next_logprobs, all_lengths.at[rows.ids].set(lengths, unique_indices=True),
+                       all_ended.at[rows.ids].set(ended, unique_indices=True))
+            if leave_at is None:
+                return outputs
+            return segments_from(i + 1, next_step, Rows(rows.ids, current, ended, done, lengths, cache), *outputs)
+
+        return jax.lax.cond((step < steps) & ~jnp.all(live.done), rest,
+                            lambda: (tokens, logprobs, all_lengths, all_ended))
+
+    tokens, logprobs, lengths, ended = segments_from(
+        0, step, Rows(row_ids, current, ended, done, lengths, ungroup(cache)), tokens, logprobs, lengths, ended)
     return tokens, logprobs, lengths, ~ended
 
 
 def kv_cache_bytes(cfg, plan: _Plan) -> int:
-    """Bytes of the prompt cache [Np, Tp] plus the response cache [Np*G, slots], K and V, all layers."""
+    """Bytes of the prompt cache [Np, Tp] plus the response cache [Np*G, slots], K and V, all layers;
+    with compaction, plus the first compacted segment's response cache and prompt copies [R/2, slots + Tp],
+    which the gather holds beside the full caches (later segments are smaller)."""
     per_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * jnp.dtype(cfg.dtype).itemsize
-    return per_token * (plan.prompt_rows * plan.prompt_length + plan.rows * plan.response_slots)
+    compacted = plan.compact_rows[0] * (plan.response_slots + plan.prompt_length) if plan.compact_rows else 0
+    return per_token * (plan.prompt_rows * plan.prompt_length + plan.rows * plan.response_slots + compacted)
 
 
 def _prepare(model, prompts, *, num_samples, max_new_tokens, max_new_tokens_cap, rng, temperature, top_p, top_k,
-             eos_ids, pad_id, prompt_buckets, row_buckets, mesh):
+             eos_ids, pad_id, prompt_buckets, row_buckets, min_compact_rows, mesh):
     """Validates, buckets and places everything; returns (program key, a function that builds the
     jitted program, args, plan). Building the jit wrapper costs ms, so it is only done to compile."""
     _validate(model, prompts, num_samples, temperature, top_p, top_k, eos_ids, pad_id)
@@ -234,6 +280,8 @@ def _prepare(model, prompts, *, num_samples, max_new_tokens, max_new_tokens_cap,
     prompt_buckets = _check_buckets(DEFAULT_PROMPT_BUCKETS if prompt_buckets is None else prompt_buckets,
                                     "prompt_buckets")
     row_buckets = _check_buckets(DEFAULT_ROW_BUCKETS if row_buckets is None else row_buckets, "row_buckets")
+    if not isinstance(min_compact_rows, (int, np.integer)) or min_compact_rows < 0:
+        raise ValueError(f"min_compact_rows: must be an int >= 0 (0 = off), got {min_compact_rows!r}")
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     shardings, batch, replicated, mesh = _placement(model, params, mesh)
     data_parallel = 1 if mesh is None else mesh.shape.get("data", 1) * mesh.shape.get("fsdp", 1)
@@ -243,7 +291,8 @@ def _prepare(model, prompts, *, num_samples, max_new_tokens, max_new_tokens_cap,
     prompt_rows = -(-max(-(-row_bucket // num_samples), len(prompts)) // data_parallel) * data_parallel
     plan = _Plan(prompt_rows=prompt_rows,
                  prompt_length=bucket_at_least(int(lengths.max()), prompt_buckets, "prompt length"),
-                 group=num_samples, max_new_tokens=cap)
+                 group=num_samples, max_new_tokens=cap,
+                 compact_rows=segment_rows(prompt_rows * num_samples, int(min_compact_rows), data_parallel))
     ids = np.full((plan.prompt_rows, plan.prompt_length), pad_id, np.int32)
     for i, p in enumerate(prompts):
         ids[i, :len(p)] = p
@@ -273,20 +322,21 @@ def _prepare(model, prompts, *, num_samples, max_new_tokens, max_new_tokens_cap,
 def lower_generate(model, prompts, *, num_samples: int, max_new_tokens, rng: jax.Array,
                    max_new_tokens_cap: int | None = None, temperature: float = 1.0, top_p: float = 1.0,
                    top_k: int = 0, eos_ids: Sequence[int] = (), pad_id: int = 0, prompt_buckets=None,
-                   row_buckets=None, mesh=None) -> jax.stages.Lowered:
+                   row_buckets=None, min_compact_rows: int = 0, mesh=None) -> jax.stages.Lowered:
     """The lowered (not compiled) program `generate` would run for these arguments: for
     inspecting its shapes, HLO and cost analysis."""
     _, make_fn, args, _ = _prepare(model, prompts, num_samples=num_samples, max_new_tokens=max_new_tokens,
                                    max_new_tokens_cap=max_new_tokens_cap, rng=rng,
                                    temperature=temperature, top_p=top_p, top_k=top_k, eos_ids=eos_ids, pad_id=pad_id,
-                                   prompt_buckets=prompt_buckets, row_buckets=row_buckets, mesh=mesh)
+                                   prompt_buckets=prompt_buckets, row_buckets=row_buckets,
+                                   min_compact_rows=min_compact_rows, mesh=mesh)
     return make_fn().lower(*args)
 
 
 def generate(model, prompts: list[list[int]], *, num_samples: int, max_new_tokens: int | Sequence[int],
              rng: jax.Array, max_new_tokens_cap: int | None = None, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, eos_ids: Sequence[int] = (),
              pad_id: int = 0, prompt_buckets: Sequence[int] | None = None,
-             row_buckets: Sequence[int] | None = None, mesh=None) -> SampleOutput:
+             row_buckets: Sequence[int] | None = None, min_compact_rows: int = 0, mesh=None) -> SampleOutput:
     """Samples `num_samples` responses for each prompt; see `SampleOutput` for the fields.
 
     temperature 0 is greedy; top_k 0 and top_p 1 are off. Same `rng` -> identical output. The
@@ -298,12 +348,19 @@ def generate(model, prompts: list[list[int]], *, num_samples: int, max_new_token
     max_new_tokens: an int, or one token budget per prompt (its G rows stop after that many
     tokens). The outputs' length dimension is `max_new_tokens_cap` (default: the largest budget);
     budgets are runtime values, so a fixed cap compiles once whatever the budgets.
+
+    min_compact_rows > 0: live-row compaction. Decode runs in segments of rows, R/2, R/4, ...
+    (not below min_compact_rows; under a mesh, multiples of its data-parallel size); once few
+    enough rows are live, they move into the next segment, so rows that are done stop costing
+    steps. The outputs are the uncompacted program's: a row's draws are keyed by its index in
+    the call. It costs up to half the response cache, and a per-row copy of the prompt cache
+    for the compacted rows, in transient memory (see `kv_cache_bytes`).
     """
     key, make_fn, args, plan = _prepare(model, prompts, num_samples=num_samples, max_new_tokens=max_new_tokens,
                                         max_new_tokens_cap=max_new_tokens_cap,
                                         rng=rng, temperature=temperature, top_p=top_p, top_k=top_k, eos_ids=eos_ids,
                                         pad_id=pad_id, prompt_buckets=prompt_buckets, row_buckets=row_buckets,
-                                        mesh=mesh)
+                                        min_compact_rows=min_compact_rows, mesh=mesh)
     compiled = _COMPILED.get(key)
     if compiled is None:
         compiled = _COMPILED[key] = make_fn().lower(*args).compile()
