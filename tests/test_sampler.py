@@ -306,7 +306,7 @@ def test_segment_rows_halve_down_to_the_floor_in_multiples_of_the_mesh():
 TAIL_BUDGETS = [32, 1, 5, 32, 12, 3, 32, 8, 20]  # 18 rows in a 24-row bucket: 16 live after step 1, 6 after 20
 
 
-@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("temperature", [0.0, pytest.param(1.0, marks=pytest.mark.slow)])
 def test_compaction_keeps_every_row(checkpoint, prompts, temperature):
     _, model = checkpoint
     kwargs = dict(num_samples=2, max_new_tokens=TAIL_BUDGETS, max_new_tokens_cap=32, rng=jax.random.key(31),
