@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from greso_jax.selection import OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_MIXED, OUTCOME_NONE, make_selector
+from greso_jax.selection import (OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_MIXED, OUTCOME_NONE, make_selector,
+                                 training_strategies)
 
 
 def _step(selector, step, ids, num_correct, group_size=4):
@@ -43,3 +44,23 @@ def test_outcomes_survive_a_state_round_trip_and_bad_state_is_refused():
     state["last_outcome"] = np.zeros(3, np.int8)
     with pytest.raises(ValueError, match="last_outcome must be integer \\[4\\]"):
         restored.load_state_dict(state)
+
+
+@pytest.mark.parametrize("strategy", training_strategies())
+def test_every_per_prompt_state_array_is_checked_on_load(strategy):
+    """Each strategy's per-prompt arrays (last outcome, history) refuse a wrong length, a non-integer
+    array where integers are kept and, for counts, a negative value; the error names the field."""
+    signed = {"last_outcome", "streak"}  # outcome codes and signed streaks: negatives are valid
+    state = make_selector(strategy, num_prompts=4, group_size=4, seed=0).state_dict()
+    arrays = [name for name, value in state.items() if np.ndim(value) == 1 and np.size(value) == 4]
+    assert "last_outcome" in arrays
+    for name in arrays:
+        dtype = state[name].dtype
+        bad_values = [np.zeros(3, dtype)]
+        if np.issubdtype(dtype, np.integer):
+            bad_values.append(np.full(4, 0.5))
+        if name not in signed:
+            bad_values.append(np.full(4, -1, dtype))
+        for bad in bad_values:
+            with pytest.raises(ValueError, match=f"{strategy}.load_state_dict: {name} must be"):
+                make_selector(strategy, num_prompts=4, group_size=4, seed=0).load_state_dict(dict(state, **{name: bad}))

@@ -216,9 +216,5 @@ class AeroSelector(Selector):
 
     def _load_history_state(self, state: dict[str, Any]) -> None:
         for name in ("successes", "failures"):
-            array = np.asarray(state[name])
-            if array.shape != (self.num_prompts,):
-                raise ValueError(f"aero.load_state_dict: {name} has shape {array.shape}, "
-                                 f"expected ({self.num_prompts},)")
-            setattr(self, name, array.astype(np.int32).copy())
+            setattr(self, name, self._loaded_prompt_array(state, name, np.int32, integer=True, counts=True))
         self.step_posterior_groups = int(state["step_posterior_groups"])

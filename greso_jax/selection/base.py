@@ -280,12 +280,24 @@ class Selector:
                                  f"but {getattr(self, name)} in this selector")
         for name in self._SCALAR_STATE:
             setattr(self, name, int(np.asarray(state[name])))
-        last_outcome = np.asarray(state["last_outcome"])
-        if last_outcome.shape != (self.num_prompts,) or not np.issubdtype(last_outcome.dtype, np.integer):
-            raise ValueError(f"{self.strategy}.load_state_dict: last_outcome must be integer [{self.num_prompts}], "
-                             f"got {last_outcome.dtype} {last_outcome.shape}")
-        self.last_outcome = last_outcome.astype(np.int8).copy()
+        self.last_outcome = self._loaded_prompt_array(state, "last_outcome", np.int8, integer=True)
         self._load_history_state(state)
+
+    def _loaded_prompt_array(self, state: dict[str, Any], name: str, dtype, *, integer: bool = False,
+                             counts: bool = False) -> np.ndarray:
+        """A copy of state[name] as `dtype` after checking it holds one value per prompt [num_prompts]
+        (integers when `integer`; finite and non-negative when `counts`); the error names the field."""
+        value = np.asarray(state[name])
+        kind = "integer" if integer else "numeric"
+        wrong = value.shape != (self.num_prompts,) or not np.issubdtype(value.dtype, np.integer if integer
+                                                                         else np.number)
+        if counts and not wrong:
+            wrong = not np.all(np.isfinite(value)) or bool(np.any(value < 0))
+            kind = f"finite, non-negative {kind}"
+        if wrong:
+            raise ValueError(f"{self.strategy}.load_state_dict: {name} must be {kind} [{self.num_prompts}], "
+                             f"got {value.dtype} {value.shape}")
+        return value.astype(dtype).copy()
 
     _SCALAR_STATE = ("num_prompts", "seed", "step", "total_responses", "total_tokens", "step_groups",
                      "step_easy", "step_hard", "step_skipped_easy", "step_skipped_hard", "step_revisited_easy",

@@ -161,11 +161,7 @@ class GresoSelector(DynamicSamplingSelector):
         return {"p_easy": self.p_easy, "p_hard": self.p_hard, "streak": self.streak.copy()}
 
     def _load_history_state(self, state: dict[str, Any]) -> None:
-        streak = np.asarray(state["streak"])
-        if streak.shape != (self.num_prompts,) or not np.issubdtype(streak.dtype, np.integer):
-            raise ValueError(f"greso.load_state_dict: streak must be integer [{self.num_prompts}], "
-                             f"got {streak.dtype} {streak.shape}")
-        self.streak = streak.astype(np.int32).copy()
+        self.streak = self._loaded_prompt_array(state, "streak", np.int32, integer=True)
         self.p_easy = float(state["p_easy"])
         self.p_hard = float(state["p_hard"])
 

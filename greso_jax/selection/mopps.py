@@ -163,10 +163,5 @@ class MoppsSelector(DynamicSamplingSelector):
 
     def _load_history_state(self, state: dict[str, Any]) -> None:
         for name in ("successes", "failures"):
-            counts = np.asarray(state[name])
-            if (counts.shape != (self.num_prompts,) or not np.issubdtype(counts.dtype, np.number)
-                    or not np.all(np.isfinite(counts)) or np.any(counts < 0)):
-                raise ValueError(f"mopps.load_state_dict: {name} must be finite, non-negative [{self.num_prompts}], "
-                                 f"got {counts.dtype} {counts.shape}")
-            setattr(self, name, counts.astype(np.float32).copy())
+            setattr(self, name, self._loaded_prompt_array(state, name, np.float32, counts=True))
         self._tolerance_cache = None

@@ -312,11 +312,7 @@ class PosteriorSelector(DynamicSamplingSelector):
 
     def _load_history_state(self, state: dict[str, Any]) -> None:
         for name in ("correct", "incorrect"):
-            value = np.asarray(state[name])
-            if value.shape != (self.num_prompts,):
-                raise ValueError(f"posterior.load_state_dict: {name} must have shape [{self.num_prompts}], "
-                                 f"got {value.shape}")
-            setattr(self, name, value.astype(np.float32).copy())
+            setattr(self, name, self._loaded_prompt_array(state, name, np.float32, counts=True))
         population = np.asarray(state["population"], np.float64)
         if population.shape != (self.num_levels, 4):
             raise ValueError(f"posterior.load_state_dict: population must have shape [{self.num_levels}, 4] "
