@@ -7,7 +7,9 @@ more row bucket would look slower for a reason unrelated to the responses it gen
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
 
 import jax
 
@@ -31,3 +33,23 @@ def compile_seconds() -> float:
             jax.monitoring.register_event_duration_secs_listener(_listen)
             _installed[0] = True
         return _total[0]
+
+
+class SectionTimers:
+    """Wall seconds per named section of a step (`seconds[name]`), and the part of each spent
+    compiling (`seconds[name + "_compile"]`); a section timed twice in a step adds up."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    def reset(self) -> None:
+        self.seconds = {}
+
+    @contextlib.contextmanager
+    def timed(self, name: str):
+        start, compiling = time.perf_counter(), compile_seconds()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+            self.seconds[f"{name}_compile"] = self.seconds.get(f"{name}_compile", 0.0) + compile_seconds() - compiling

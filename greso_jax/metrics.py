@@ -220,3 +220,18 @@ def format_table(rows: list[dict], columns: list[str]) -> str:
              "  ".join("-" * w for w in widths)]
     lines += ["  ".join(v.ljust(w) for v, w in zip(b, widths)) for b in body]
     return "\n".join(lines)
+
+
+def run_summary(workdir: str, *, strategy: str, num_steps: int, counters: dict) -> dict:
+    """A finished run in one record: held-out accuracy at its first and last evaluation, responses
+    generated and prompts skipped. A run without evaluation sets reports its accuracy as None."""
+    evals = [r for r in read_metrics(workdir) if "eval/accuracy" in r]
+    before, after = (evals[i]["eval/accuracy"] if evals else None for i in (0, -1))
+    return {"strategy": strategy, "steps": num_steps, "accuracy_before": _rounded(before),
+            "accuracy_after": _rounded(after), "rollouts_generated": counters["rollout/num_responses"],
+            "prompts_skipped": counters["selection/skipped_total"]}
+
+
+def _rounded(value) -> float | None:
+    # The NaN accuracy of a run without evaluation sets is stored as the string "nan".
+    return round(value, 4) if isinstance(value, (int, float)) and math.isfinite(value) else None

@@ -8,9 +8,7 @@ assembly and the update (`rl`). The pieces are built from the config by `policy`
 
 from __future__ import annotations
 
-import contextlib
 import json
-import math
 import os
 import time
 from typing import Any
@@ -20,12 +18,12 @@ import numpy as np
 
 from greso_jax.benchmark_scoring import EVAL_SEED_OFFSET, sample_and_grade, summarize
 from greso_jax.checkpoint import Checkpointer, checkpoint_dir, restore_run_state, save_run_state
-from greso_jax.compile_time import compile_seconds
+from greso_jax.compile_time import SectionTimers
 from greso_jax.configs import validate
 from greso_jax.data.pipeline import PromptPipeline
 from greso_jax.from_config import (learner_from_config, prompt_levels, rows_from_config, sampling_kwargs,
                                    selector_from_config)
-from greso_jax.metrics import MetricsWriter, Progress, format_table, plot_run, read_metrics
+from greso_jax.metrics import MetricsWriter, Progress, format_table, plot_run, run_summary
 from greso_jax.parallel import multihost
 from greso_jax.parallel.sharding import mesh_from_config
 from greso_jax.policy import build_policy, build_tokenizer
@@ -33,12 +31,9 @@ from greso_jax.rewards.pool import GradingPool, score_across_hosts
 from greso_jax.rl.batch import assemble_batch
 from greso_jax.run_dir import open_run_dir
 from greso_jax.sampling import generate_in_chunks
-from greso_jax.selection import (OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, PulledPrompts, ScoredPass,
-                                 run_selection_step)
-from greso_jax.selection import counter_rng
+from greso_jax.selection import PulledPrompts, ScoredPass, run_selection_step
+from greso_jax.skip_audit import SkipAudit
 from greso_jax.specs import ConfigError
-
-_AUDIT_STREAM = 0xA0D1  # counter-RNG stream of the skip audit's draws (apart from every strategy's streams)
 
 
 class Trainer:
@@ -77,8 +72,8 @@ class Trainer:
         self.generation = sampling_kwargs(c)
         self.counters = {"rollout/num_responses": 0, "rollout/num_tokens": 0, "selection/skipped_total": 0,
                          "train/bad_steps": 0}
-        self._timers: dict[str, float] = {}
-        self._step_skipped: list[tuple[np.ndarray, np.ndarray]] = []  # (ids, last outcomes) skipped this step
+        self.timers = SectionTimers()
+        self.skip_audit = SkipAudit(c.eval.skip_audit_fraction, c.seed)
         if c.eval.skip_audit_fraction and jax.process_count() > 1:
             raise ConfigError("eval.skip_audit_fraction: the skip audit runs on one host only; set it to 0")
         self._dropped_logged = False
@@ -89,8 +84,9 @@ class Trainer:
 
     def train_step(self, step: int) -> dict[str, Any]:
         c = self.config
-        self._step, self._rollout_calls, self._grading_failures, self._timers = step, 0, 0, {}
-        self._step_skipped = []
+        self._step, self._rollout_calls, self._grading_failures = step, 0, 0
+        self.timers.reset()
+        self.skip_audit.begin_step()
         start = time.perf_counter()
         epoch = self.pipeline.epoch
         result = run_selection_step(self.selector, step, pull_prompts=self._pull_prompts, rollout=self._rollout,
@@ -107,7 +103,7 @@ class Trainer:
             self._dropped_logged = True
             self.log(f"dropping prompts longer than data.max_prompt_length={c.data.max_prompt_length} tokens "
                      "(counted in data/dropped_too_long)")
-        metrics.update(self._timers)
+        metrics.update(self.timers.seconds)
         metrics["time/step"] = time.perf_counter() - start
         metrics.update(self.counters)
         return metrics
@@ -119,8 +115,8 @@ class Trainer:
             elements, skipped_ids = self.pipeline.next_prompts(n)
         ids = np.asarray([e["prompt_id"] for e in elements], np.int64)
         skipped_ids = np.asarray(skipped_ids, np.int64)
-        if self.config.eval.skip_audit_fraction and skipped_ids.size:  # why each was skipped, as it was then
-            self._step_skipped.append((skipped_ids, self.selector.last_outcomes(skipped_ids)))
+        if self.skip_audit.enabled and skipped_ids.size:  # why each was skipped, as it was then
+            self.skip_audit.record(skipped_ids, self.selector.last_outcomes(skipped_ids))
         return PulledPrompts(prompt_ids=ids, payloads=elements, skipped_ids=skipped_ids)
 
     def _rollout(self, prompt_ids, payloads, num_samples: int) -> ScoredPass:
@@ -129,11 +125,11 @@ class Trainer:
         rng = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(self.config.seed), self._step),
                                  self._rollout_calls)
         self._rollout_calls += 1
-        with self._timed("time/rollout"):
+        with self.timers.timed("time/rollout"):
             out = generate_in_chunks(self.learner.model, prompts, num_samples=num_samples, rng=rng,
                                      eos_ids=self.tokenizer.eos_ids, pad_id=self.tokenizer.pad_id, mesh=self.mesh,
                                      **self.generation)
-        with self._timed("time/reward"):
+        with self.timers.timed("time/reward"):
             texts = [self.tokenizer.decode(out.tokens[r, :out.lengths[r]]) for r in range(out.tokens.shape[0])]
             golds = [e["ground_truth"] for e in payloads for _ in range(num_samples)]
             sources = [e["data_source"] for e in payloads for _ in range(num_samples)]
@@ -153,7 +149,7 @@ class Trainer:
                                    pad_id=self.tokenizer.pad_id,
                                    total_length=c.data.max_prompt_length + c.sampling.max_new_tokens,
                                    row_multiple=num_minibatches * c.rl.micro_batch_size)
-        with self._timed("time/update"):
+        with self.timers.timed("time/update"):
             metrics = self.learner.update(assembled.batch, num_minibatches=num_minibatches,
                                           truncated=assembled.truncated, group_ids=assembled.group_ids)
         return {**assembled.stats, **metrics}
@@ -170,46 +166,7 @@ class Trainer:
         bad = metrics.get("actor/nonfinite_skipped", 0)
         self.counters["train/bad_steps"] = self.counters["train/bad_steps"] + 1 if bad else 0
 
-    @contextlib.contextmanager
-    def _timed(self, name: str):
-        """Adds the block's wall time to `name` and the part of it spent compiling to `name`_compile."""
-        start, compiling = time.perf_counter(), compile_seconds()
-        try:
-            yield
-        finally:
-            self._timers[name] = self._timers.get(name, 0.0) + time.perf_counter() - start
-            self._timers[f"{name}_compile"] = self._timers.get(f"{name}_compile", 0.0) + compile_seconds() - compiling
-
     # -- evaluation ----------------------------------------------------------------------------
-
-    def audit_skips(self, step: int) -> dict[str, float]:
-        """Rolls out a random eval.skip_audit_fraction of the prompts skipped in `step` (after the step,
-        never trained on, not shown to the strategy) and counts how many skips were right: a prompt
-        skipped as easy (its last rollout all correct) or hard (all incorrect) is right when its group is
-        again zero-variance. Its cost is reported apart (audit/responses, time/audit)."""
-        start = time.perf_counter()
-        out = {f"audit/{kind}_{what}": 0.0 for kind in ("easy", "hard") for what in ("skips", "zero_variance",
-                                                                                      "same_outcome")}
-        out["audit/responses"] = 0.0
-        if self._step_skipped:
-            ids = np.concatenate([ids for ids, _ in self._step_skipped])
-            outcomes = np.concatenate([o for _, o in self._step_skipped])
-            draws = counter_rng.uniform(counter_rng.scalar_key(self.config.seed, _AUDIT_STREAM, step), ids,
-                                        np.arange(ids.size))
-            chosen = draws < self.config.eval.skip_audit_fraction
-            if chosen.any():
-                ids, outcomes = ids[chosen], outcomes[chosen]
-                scored = self._rollout(ids, [self.pipeline.element(i) for i in ids], self.config.rl.group_size)
-                all_correct, none_correct = scored.correct.all(axis=1), ~scored.correct.any(axis=1)
-                for kind, code, same in (("easy", OUTCOME_ALL_CORRECT, all_correct),
-                                         ("hard", OUTCOME_ALL_INCORRECT, none_correct)):
-                    mine = outcomes == code
-                    out[f"audit/{kind}_skips"] = float(mine.sum())
-                    out[f"audit/{kind}_zero_variance"] = float((mine & (all_correct | none_correct)).sum())
-                    out[f"audit/{kind}_same_outcome"] = float((mine & same).sum())
-                out["audit/responses"] = float(scored.correct.size)
-        out["time/audit"] = time.perf_counter() - start
-        return out
 
     def evaluate(self, step: int) -> dict[str, float]:
         """avg@k, pass@1 and pass@k on every evaluation set, and their mean as eval/accuracy."""
@@ -251,7 +208,8 @@ class Trainer:
             self.checkpointer.close()
             writer.close()
             self.pool.close()
-        summary = self._summary()
+        summary = run_summary(self.workdir, strategy=c.selection.strategy, num_steps=c.train.num_steps,
+                              counters=self.counters)
         if self.is_main:
             plot_run(self.workdir)
             with open(os.path.join(self.workdir, "summary.json"), "w") as f:
@@ -264,8 +222,8 @@ class Trainer:
         c = self.config
         for step in range(start_step + 1, c.train.num_steps + 1):
             metrics = self.train_step(step)
-            if c.eval.skip_audit_fraction:
-                metrics.update(self.audit_skips(step))
+            if self.skip_audit.enabled:
+                metrics.update(self.skip_audit.run(step, self._rollout, self.pipeline.element, c.rl.group_size))
             if self.counters["train/bad_steps"] >= c.train.max_bad_steps:
                 writer.write(step, metrics)
                 raise FloatingPointError(
@@ -279,16 +237,3 @@ class Trainer:
             if self.checkpointer.should_save(step, final) and not metrics.get("actor/nonfinite_skipped", 0):
                 save_run_state(self.checkpointer, step, learner=self.learner, selector=self.selector,
                                pipeline=self.pipeline, counters=self.counters, config=c)
-
-    def _summary(self) -> dict[str, Any]:
-        evals = [r for r in read_metrics(self.workdir) if "eval/accuracy" in r]
-        # A run without evaluation sets stores its NaN accuracy as the string "nan": report None.
-        before, after = (evals[i]["eval/accuracy"] if evals else None for i in (0, -1))
-        return {"strategy": self.config.selection.strategy, "steps": self.config.train.num_steps,
-                "accuracy_before": _rounded(before), "accuracy_after": _rounded(after),
-                "rollouts_generated": self.counters["rollout/num_responses"],
-                "prompts_skipped": self.counters["selection/skipped_total"]}
-
-
-def _rounded(value) -> float | None:
-    return round(value, 4) if isinstance(value, (int, float)) and math.isfinite(value) else None
