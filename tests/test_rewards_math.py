@@ -1,7 +1,6 @@
 """Math grading: a hand-checked table of (response, gold, expected) cases, answer
 extraction, reward shaping, and adversarial inputs (timeouts, no code execution)."""
 
-import os
 import time
 
 import pytest

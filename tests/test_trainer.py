@@ -1,6 +1,5 @@
 """End-to-end trainer: every strategy, exact resume after SIGKILL, fail-fast configs, NaN guard."""
 
-import json
 import os
 import signal
 import subprocess
