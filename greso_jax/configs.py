@@ -24,7 +24,7 @@ from greso_jax.models.presets import PRESETS
 from greso_jax.rl.advantages import ADVANTAGE_ESTIMATORS
 from greso_jax.rl.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS
 from greso_jax.rl.optim import LR_SCHEDULES
-from greso_jax.sampling.sampler import DEFAULT_PROMPT_BUCKETS, DEFAULT_ROW_BUCKETS
+from greso_jax.sampling.shapes import DEFAULT_PROMPT_BUCKETS, DEFAULT_ROW_BUCKETS
 from greso_jax.selection.base import GROUP_SIZE_SPEC
 from greso_jax.specs import BOOL, FLOAT, INT, SEQ, STR, ConfigError, Spec, check_field
 

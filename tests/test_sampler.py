@@ -13,7 +13,7 @@ from greso_jax.models import PRESETS, from_pretrained, init_model
 from greso_jax.parallel import multihost
 from greso_jax.sampling import compile_count, generate, generate_in_chunks, lower_generate
 from greso_jax.sampling.compaction import segment_rows
-from greso_jax.sampling.sampler import DEFAULT_ROW_BUCKETS, bucket_at_least
+from greso_jax.sampling.shapes import DEFAULT_ROW_BUCKETS, bucket_at_least
 
 VOCAB = 97
 PROMPT_LENGTHS = [3, 17, 9, 1, 12, 5, 20, 7, 14]

@@ -25,16 +25,10 @@ from greso_jax.models.weights import param_shardings
 from greso_jax.parallel.sharding import batch_sharding
 from greso_jax.sampling.compaction import Rows, compact, row_prompts, segment_rows, ungroup
 from greso_jax.sampling.kv_cache import decode_step, empty_response_cache, prefill
+from greso_jax.sampling.shapes import (DEFAULT_PROMPT_BUCKETS, DEFAULT_ROW_BUCKETS, Plan, bucket_at_least,
+                                      check_buckets, kv_cache_bytes, token_budgets)
 from greso_jax.sampling.token_sampling import SamplingMode, choose_tokens, mode_of, row_keys
 from greso_jax.parallel import multihost
-
-# Prompt lengths: powers of two (padding wastes less than half a bucket; a run compiles a few programs).
-DEFAULT_PROMPT_BUCKETS: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
-# Rows: steps of 1.5x and 4/3x (2^k and 3 * 2^(k-1)). Decode time follows bucket rows, so a call's
-# time follows its responses only within a bucket: above 16 rows padding wastes less than a third of
-# a bucket instead of half (24 prompts x 8 run as 192 rows, not 256), for about twice the programs.
-DEFAULT_ROW_BUCKETS: tuple[int, ...] = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048,
-                                        3072, 4096)
 
 _COMPILED: dict = {}  # program key -> jax.stages.Compiled
 
@@ -72,68 +66,6 @@ class SampleOutput:
     prompt_length: int
     prompts: Sequence[Sequence[int]] = ()
     num_samples: int = 1
-
-
-@dataclasses.dataclass(frozen=True)
-class _Plan:
-    """Bucketed static shapes of one call (what a compiled program depends on)."""
-
-    prompt_rows: int  # prompts after padding (Np)
-    prompt_length: int  # Tp
-    group: int
-    max_new_tokens: int  # the cap: length dimension of the outputs; per-row budgets are traced
-    compact_rows: tuple[int, ...] = ()  # row counts of the decode segments after the first (compaction)
-
-    @property
-    def rows(self) -> int:
-        return self.prompt_rows * self.group
-
-    @property
-    def response_slots(self) -> int:
-        return max(self.max_new_tokens - 1, 1)  # the last sampled token is never fed back
-
-
-def bucket_at_least(value: int, buckets: Sequence[int], what: str) -> int:
-    """The smallest bucket >= value; beyond the largest, the next multiple of the largest."""
-    for b in buckets:
-        if b >= value:
-            return b
-    largest = buckets[-1]
-    if what == "prompt length":
-        raise ValueError(f"prompt length {value} exceeds the largest prompt-length bucket {largest}; "
-                         "add a bucket (sampling.prompt_length_buckets)")
-    return -(-value // largest) * largest
-
-
-def _check_buckets(buckets, name: str) -> tuple[int, ...]:
-    buckets = tuple(buckets)
-    if not buckets or any(not isinstance(b, (int, np.integer)) or b <= 0 for b in buckets):
-        raise ValueError(f"{name}: must be a non-empty sequence of positive integers, got {buckets!r}")
-    if list(buckets) != sorted(set(buckets)):
-        raise ValueError(f"{name}: must be strictly increasing, got {buckets!r}")
-    return tuple(int(b) for b in buckets)
-
-
-def _token_budgets(max_new_tokens, num_prompts: int, cap: int | None) -> tuple[np.ndarray, int]:
-    """`max_new_tokens` (an int, or one budget per prompt) and an optional cap -> (budgets int32 [N], cap).
-    The cap defaults to the largest budget; pass it explicitly so that calls with different budgets
-    share one compiled program."""
-    budgets = np.asarray(max_new_tokens)
-    if budgets.ndim == 0:
-        budgets = np.full(num_prompts, budgets)
-    if budgets.shape != (num_prompts,) or not np.issubdtype(budgets.dtype, np.integer):
-        raise ValueError(f"max_new_tokens: expected an int or {num_prompts} integer budgets (one per prompt), "
-                         f"got shape {budgets.shape} dtype {budgets.dtype}")
-    if budgets.min() < 1:
-        raise ValueError(f"max_new_tokens: budgets must be >= 1, got {int(budgets.min())} "
-                         f"(prompt {int(budgets.argmin())})")
-    cap = int(budgets.max()) if cap is None else cap
-    if not isinstance(cap, (int, np.integer)) or cap < 1:
-        raise ValueError(f"max_new_tokens_cap: must be a positive int, got {cap!r}")
-    if budgets.max() > cap:
-        raise ValueError(f"max_new_tokens: budget {int(budgets.max())} (prompt {int(budgets.argmax())}) exceeds "
-                         f"max_new_tokens_cap {cap}")
-    return budgets.astype(np.int32), int(cap)
 
 
 def _validate(model, prompts, num_samples, temperature, top_p, top_k, eos_ids, pad_id):
@@ -175,7 +107,7 @@ def _placement(model, params, mesh):
 
 
 def _program(params, prompt_ids, prompt_lengths, budgets, key, temperature, top_p, eos_ids, *, graphdef, rest,
-             plan: _Plan, mode: SamplingMode, pad_id: int, mesh):
+             plan: Plan, mode: SamplingMode, pad_id: int, mesh):
     """The whole sampling call: prefill on [Np, Tp], then decode all Np*G rows until each has met
     EOS or its prompt's budget (budgets int32 [Np], traced: a new budget does not recompile).
     With `plan.compact_rows`, decode leaves its first segment once few enough rows are live and
@@ -262,24 +194,15 @@ def _program(params, prompt_ids, prompt_lengths, budgets, key, temperature, top_
     return tokens, logprobs, lengths, ~ended
 
 
-def kv_cache_bytes(cfg, plan: _Plan) -> int:
-    """Bytes of the prompt cache [Np, Tp] plus the response cache [Np*G, slots], K and V, all layers;
-    with compaction, plus the first compacted segment's response cache and prompt copies [R/2, slots + Tp],
-    which the gather holds beside the full caches (later segments are smaller)."""
-    per_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * jnp.dtype(cfg.dtype).itemsize
-    compacted = plan.compact_rows[0] * (plan.response_slots + plan.prompt_length) if plan.compact_rows else 0
-    return per_token * (plan.prompt_rows * plan.prompt_length + plan.rows * plan.response_slots + compacted)
-
-
 def _prepare(model, prompts, *, num_samples, max_new_tokens, max_new_tokens_cap, rng, temperature, top_p, top_k,
              eos_ids, pad_id, prompt_buckets, row_buckets, min_compact_rows, mesh):
     """Validates, buckets and places everything; returns (program key, a function that builds the
     jitted program, args, plan). Building the jit wrapper costs ms, so it is only done to compile."""
     _validate(model, prompts, num_samples, temperature, top_p, top_k, eos_ids, pad_id)
-    budgets, cap = _token_budgets(max_new_tokens, len(prompts), max_new_tokens_cap)
-    prompt_buckets = _check_buckets(DEFAULT_PROMPT_BUCKETS if prompt_buckets is None else prompt_buckets,
+    budgets, cap = token_budgets(max_new_tokens, len(prompts), max_new_tokens_cap)
+    prompt_buckets = check_buckets(DEFAULT_PROMPT_BUCKETS if prompt_buckets is None else prompt_buckets,
                                     "prompt_buckets")
-    row_buckets = _check_buckets(DEFAULT_ROW_BUCKETS if row_buckets is None else row_buckets, "row_buckets")
+    row_buckets = check_buckets(DEFAULT_ROW_BUCKETS if row_buckets is None else row_buckets, "row_buckets")
     if not isinstance(min_compact_rows, (int, np.integer)) or min_compact_rows < 0:
         raise ValueError(f"min_compact_rows: must be an int >= 0 (0 = off), got {min_compact_rows!r}")
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
@@ -289,7 +212,7 @@ def _prepare(model, prompts, *, num_samples, max_new_tokens, max_new_tokens_cap,
     lengths = np.array([len(p) for p in prompts], np.int32)
     row_bucket = bucket_at_least(len(prompts) * num_samples, row_buckets, "rows")
     prompt_rows = -(-max(-(-row_bucket // num_samples), len(prompts)) // data_parallel) * data_parallel
-    plan = _Plan(prompt_rows=prompt_rows,
+    plan = Plan(prompt_rows=prompt_rows,
                  prompt_length=bucket_at_least(int(lengths.max()), prompt_buckets, "prompt length"),
                  group=num_samples, max_new_tokens=cap,
                  compact_rows=segment_rows(prompt_rows * num_samples, int(min_compact_rows), data_parallel))
@@ -384,7 +307,7 @@ def generate_in_chunks(model, prompts: list[list[int]], *, num_samples: int, max
     if not prompts or num_samples < 1 or max_rows_per_call < 0:
         raise ValueError(f"generate_in_chunks: needs prompts ({len(prompts)}), num_samples >= 1 ({num_samples}) "
                          f"and max_rows_per_call >= 0 ({max_rows_per_call})")
-    budgets, cap = _token_budgets(max_new_tokens, len(prompts), max_new_tokens_cap)
+    budgets, cap = token_budgets(max_new_tokens, len(prompts), max_new_tokens_cap)
     per_call = len(prompts)
     if max_rows_per_call:
         per_call = max(1, max_rows_per_call // num_samples)
