@@ -74,3 +74,22 @@ def test_skip_precision_and_coverage(results):
     # DS trains every informative group it rolls out, except its surplus.
     ds = results["dynamic_sampling"]
     assert ds["coverage"] == pytest.approx(ds["effective_prompts"] / (ds["effective_prompts"] + ds["surplus_groups"]))
+
+
+def test_calibration_bins_hold_every_prediction(sim):
+    predicted = np.array([0.0, 0.05, 0.15, 0.95, 1.0])
+    rows = sim.calibration_bins(predicted, np.array([False, True, False, True, True]))
+    assert [(r["low"], r["groups"]) for r in rows] == [(0.0, 2), (0.1, 1), (0.9, 2)]
+    assert rows[0]["predicted"] == pytest.approx(0.025) and rows[0]["observed"] == 0.5
+    assert rows[2]["observed"] == 1.0
+
+
+def test_a_selector_that_knows_p_is_calibrated_and_the_posterior_is_reported(results):
+    """known_rate predicts from the true success rates, so in every well-filled bin the zero-variance
+    share matches its mean prediction up to sampling noise; GRESO predicts no chance, so it has no table."""
+    known = results["known_rate"]["calibration"]
+    assert sum(r["groups"] for r in known) > 5000
+    for row in known:
+        if row["groups"] >= 400:
+            assert abs(row["observed"] - row["predicted"]) < 4 * np.sqrt(0.25 / row["groups"]) + 0.01, row
+    assert results["posterior"]["calibration"] and results["greso"]["calibration"] == []

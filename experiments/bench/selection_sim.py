@@ -203,11 +203,27 @@ def run_strategy(strategy: str, settings: SimSettings, fractions: dict[str, floa
     stream = PromptStream(settings.num_prompts, settings.seed, selector.should_keep)
     foresee = rollouts.outcome(settings.group_size)
     skipped_this_step: list[np.ndarray] = []
+    # A strategy that predicts each group's zero-variance chance: its predictions beside the outcomes,
+    # for rolled-out groups (observed) and skipped ones (foreseen), taken when each decision was made.
+    predict = getattr(selector, "zero_variance_chances", None)
+    predicted: list[np.ndarray] = []
+    zero_variance: list[np.ndarray] = []
+    skipped_predicted: list[np.ndarray] = []
 
     def pull(n: int) -> PulledPrompts:
         pulled = stream(n)
         skipped_this_step.append(pulled.skipped_ids)
+        if predict is not None:
+            skipped_predicted.append(predict(pulled.skipped_ids))
         return pulled
+
+    def rollout(prompt_ids, payloads, num_samples: int) -> ScoredPass:
+        chances = predict(prompt_ids) if predict is not None else None
+        scored = rollouts(prompt_ids, payloads, num_samples)
+        if chances is not None and num_samples == settings.group_size:
+            predicted.append(chances)
+            zero_variance.append(scored.correct.all(axis=1) | ~scored.correct.any(axis=1))
+        return scored
 
     effective = full = passes = batch = surplus = 0.0
     skipped = skipped_zero_variance = skipped_informative = rolled_informative = 0
@@ -218,11 +234,15 @@ def run_strategy(strategy: str, settings: SimSettings, fractions: dict[str, floa
         if epoch >= 1 and p_at_epoch_1 is None:
             p_at_epoch_1 = (getattr(selector, "p_easy", 1.0), getattr(selector, "p_hard", 1.0))
         skipped_this_step.clear()
-        metrics = run_selection_step(selector, step, pull_prompts=pull, rollout=rollouts,
+        skipped_predicted.clear()
+        metrics = run_selection_step(selector, step, pull_prompts=pull, rollout=rollout,
                                      train_batch_size=settings.train_batch_size, epoch=epoch).metrics
         # What the skipped prompts' groups would have been (the simulator knows): skip precision, coverage.
         ids = np.concatenate(skipped_this_step) if skipped_this_step else np.zeros(0, np.int64)
         codes = foresee(step, ids) if ids.size else np.zeros(0, np.int64)
+        if predict is not None and ids.size:
+            predicted.append(np.concatenate(skipped_predicted))
+            zero_variance.append(codes != OUTCOME_MIXED)
         skipped += ids.size
         skipped_zero_variance += int(np.count_nonzero(codes != OUTCOME_MIXED))
         skipped_informative += int(np.count_nonzero(codes == OUTCOME_MIXED))
@@ -244,7 +264,24 @@ def run_strategy(strategy: str, settings: SimSettings, fractions: dict[str, floa
             # Of the informative groups met (rolled out, or skipped but foreseen), the share trained on.
             "coverage": effective / max(rolled_informative + skipped_informative, 1),
             "p_easy_epoch_1": p_at_epoch_1[0], "p_hard_epoch_1": p_at_epoch_1[1],
-            "p_easy": metrics["selection/p_easy"], "p_hard": metrics["selection/p_hard"]}
+            "p_easy": metrics["selection/p_easy"], "p_hard": metrics["selection/p_hard"],
+            "calibration": calibration_bins(np.concatenate(predicted), np.concatenate(zero_variance))
+            if predicted else []}
+
+
+def calibration_bins(predicted: np.ndarray, zero_variance: np.ndarray, bins: int = 10) -> list[dict[str, float]]:
+    """Predicted zero-variance chance against the outcome, in `bins` equal-width bins of the
+    prediction: per non-empty bin, its range, the number of groups, the mean prediction and the
+    share that was zero-variance (a calibrated predictor has the two equal)."""
+    predicted, zero_variance = np.asarray(predicted, np.float64), np.asarray(zero_variance, bool)
+    index = np.minimum((predicted * bins).astype(np.int64), bins - 1)
+    rows = []
+    for b in range(bins):
+        mine = index == b
+        if mine.any():
+            rows.append({"low": b / bins, "high": (b + 1) / bins, "groups": int(mine.sum()),
+                         "predicted": float(predicted[mine].mean()), "observed": float(zero_variance[mine].mean())})
+    return rows
 
 
 def greso_efficiency(ds_responses: float, greso_responses: float, oracle_responses: float) -> float:
@@ -298,6 +335,14 @@ def main() -> None:
                 print(f"vs {ds}: {name} efficiency (DS − {name}) / (DS − oracle) = "
                       f"{greso_efficiency(results[ds]['responses'], mine, oracle):.3f}; "
                       f"DS / {name} responses = {results[ds]['responses'] / mine:.2f}x")
+    for name, r in results.items():
+        if r["calibration"]:
+            print(f"\n{name}: predicted zero-variance chance vs outcome (rolled-out groups observed, skipped "
+                  "ones foreseen; at decision time)\n\n| predicted in | groups | mean predicted | zero-variance share |")
+            print("|---|---:|---:|---:|")
+            for row in r["calibration"]:
+                print(f"| [{row['low']:.1f}, {row['high']:.1f}) | {row['groups']} | {row['predicted']:.3f} | "
+                      f"{row['observed']:.3f} |")
     print(f"\n{results['greso']['epochs']} epochs of the prompt stream; p as epoch 1 begins and at the end:")
     print("\n| Δp | responses | mean effective batch | responses / effective prompt | p_easy, p_hard at epoch 1 "
           "| final p_easy | final p_hard |")
