@@ -89,7 +89,20 @@ def test_loss_mask_baseline_and_scale_overrides_and_ragged_groups():
     assert out.stats["train/groups"] == 3 and out.stats["train/responses"] == 5
     assert out.stats["actor/update_tokens"] == 6 * 8
     every = assemble_batch(groups[1:], OUTPUTS, advantage="grpo", pad_id=PAD, total_length=8, row_multiple=2)
-    assert every.stats["actor/update_tokens"] == 4 * 8  # dropping the rejected response saved a row pair
+    assert every.stats["actor/update_tokens"] == 4 * 8  # without the first group: two row pairs fewer
+
+
+def test_a_rejected_response_saves_its_row_only_when_the_row_multiple_lets_it():
+    """The same groups with the rejected response kept in the loss or not: one row fewer at row
+    multiple 1; at row multiple 2 the five kept rows pad back to the six the unrejected batch has."""
+    rejected = [group([[1, 0, 0], [1, 0, 1], [1, 0, 2]], [1.0, 0.0, 0.0], loss_mask=[True, True, False]),
+                group([[0, 0, 0], [0, 0, 1], [0, 1, 1]], [1.0, 0.0, 0.0])]
+    kept = [group(g.response_refs, g.rewards) for g in rejected]
+    for multiple, saved_rows in ((1, 1), (2, 0), (4, 0), (8, 0)):
+        with_rejection, without = (assemble_batch(groups, OUTPUTS, advantage="grpo", pad_id=PAD, total_length=8,
+                                                  row_multiple=multiple) for groups in (rejected, kept))
+        assert with_rejection.stats["train/responses"] == 5 and without.stats["train/responses"] == 6
+        assert without.stats["actor/update_tokens"] - with_rejection.stats["actor/update_tokens"] == saved_rows * 8
 
 
 def test_bad_arguments():

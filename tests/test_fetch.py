@@ -145,3 +145,19 @@ def test_a_missing_benchmark_names_the_file_and_the_fetch_command(tmp_path):
         load_benchmark("olympiadbench", str(tmp_path))
     assert str(error.value) == (f"{tmp_path}/olympiadbench/test.jsonl: not found; fetch it with "
                                 f"`python -m greso_jax.data.fetch olympiadbench --dest {tmp_path}`")
+
+
+def test_missing_files_lists_what_fetch_still_needs(tmp_path):
+    """What the data tests' fixture checks before it hands out a folder: a folder filled by
+    `fetch paper` lacks only GSM8K, and the skip names it with the command that fetches it."""
+    assert catalog.missing_files(str(tmp_path / "absent")) == {
+        name: [f.relpath for f in d.files] for name, d in catalog.DATASETS.items()}
+    for name in catalog.GROUPS["paper"]:
+        for f in catalog.DATASETS[name].files:
+            (tmp_path / f.relpath).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / f.relpath).write_text("")
+    assert catalog.missing_files(str(tmp_path)) == {"gsm8k": ["gsm8k/train.jsonl", "gsm8k/test.jsonl"]}
+    for f in catalog.DATASETS["gsm8k"].files:
+        (tmp_path / f.relpath).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f.relpath).write_text("")
+    assert catalog.missing_files(str(tmp_path)) == {}

@@ -184,3 +184,17 @@ def test_grpo_learns_a_toy_reward_with_the_real_sampler():
     assert np.mean(rewards_per_step[:3]) < 0.35
     final = generate(learner.model, prompts, num_samples=32, max_new_tokens=2, rng=jax.random.key(999))
     assert (final.tokens[:, 0] == target).mean() > 0.8
+
+
+def test_frac_zero_std_groups_counts_groups_not_rows():
+    """Two real groups, one all-zero and one mixed whose middle rows have advantage exactly 0
+    (drgrpo with a reward at the mean), plus filler rows: half of the groups, not 6 of 8 rows."""
+    from greso_jax.rl.learner import _batch_metrics
+
+    advantages = np.array([0, 0, 0, 0, 0.5, 0, 0, -0.5, 0, 0], np.float32)
+    lengths = np.array([3, 2, 4, 1, 2, 2, 3, 5, 0, 0], np.float32)  # the last two: filler rows
+    arrays = {"advantages": advantages, "response_lengths": lengths,
+              "response_mask": (np.arange(6)[None] < lengths[:, None]).astype(np.float32)}
+    group_ids = np.array([0, 0, 0, 0, 1, 1, 1, 1, -1, -1])
+    assert _batch_metrics(arrays, None, group_ids)["actor/frac_zero_std_groups"] == 0.5
+    assert _batch_metrics(arrays, None, None)["actor/frac_zero_std_groups"] == 0.75  # rows, without group ids

@@ -135,6 +135,14 @@ def fetch_command(name: str, root: str) -> str:
     return f"python -m greso_jax.data.fetch {name}{dest}"
 
 
+def missing_files(root: str) -> dict[str, list[str]]:
+    """The catalog's files absent from the data folder `root`, by data set (sets complete in
+    `root` are left out): what `python -m greso_jax.data.fetch` would still have to download."""
+    missing = {name: [f.relpath for f in d.files if not os.path.exists(os.path.join(root, f.relpath))]
+               for name, d in DATASETS.items()}
+    return {name: files for name, files in missing.items() if files}
+
+
 def locate(name: str, relpath: str, data_dir: str = "") -> str:
     """The path of `relpath` of data set `name` in the data folder; MissingDataError (one line,
     with the fetch command) when it is not there."""
