@@ -321,3 +321,22 @@ def test_deadline_is_not_swallowed_by_broad_except():
                 time.sleep(2)
             except Exception:  # what sympy / math-verify do internally
                 pass
+
+
+def test_a_dropped_timeout_fires_again_and_none_fires_after_the_block():
+    """Python drops an exception raised by the alarm handler inside a finalizer or a C callback
+    (reported as unraisable): the deadline then fires again, and never after its block."""
+    start = time.monotonic()
+    with pytest.raises(grading.GradingTimeout):
+        with grading.deadline(0.2):
+            try:
+                while True:
+                    pass
+            except grading.GradingTimeout:
+                pass  # dropped, as an unraisable exception is
+            while time.monotonic() - start < 3:
+                pass
+    assert time.monotonic() - start < 1.0
+    with grading.deadline(0.05):
+        pass
+    time.sleep(0.3)  # a stray re-armed alarm would raise here
