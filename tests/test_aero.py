@@ -51,7 +51,9 @@ def test_curate_strata():
     assert mask[1] and mask.sum() == 2 and math.isnan(base)
     again = s.curate(3, low, low.astype(np.float32)).loss_mask
     np.testing.assert_array_equal(mask, again)  # keyed by (seed, step, prompt): deterministic
-    assert s.end_step()["selection/posterior_groups"] == 2
+    metrics = s.end_step()
+    assert metrics["selection/posterior_groups"] == 2
+    assert metrics["selection/rejected_responses"] == 2 + 2  # two incorrect responses left out, twice
 
 
 def test_rejection_draws_depend_on_seed():

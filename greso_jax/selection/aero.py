@@ -142,7 +142,7 @@ class AeroSelector(Selector):
         self.posterior_from, self.posterior_responses = settings.posterior_from, int(settings.posterior_responses)
         self.successes = np.zeros(self.num_prompts, dtype=np.int32)  # correct responses over the prompt's history
         self.failures = np.zeros(self.num_prompts, dtype=np.int32)
-        self.step_posterior_groups = 0
+        self.step_posterior_groups = self.step_rejected_responses = 0
 
     def first_pass(self, train_batch_size: int) -> PassRequest:
         """Stage I: train_batch_size prompts, n_explore responses each."""
@@ -183,7 +183,7 @@ class AeroSelector(Selector):
             mask = rejection_mask(correct, draws, self.reject_k)
         kept = correct[mask]
         if kept.any() and not kept.all():
-            return Curated(mask, rewards, math.nan, math.nan)
+            return self._curated(mask, rewards, math.nan, math.nan)
         self.step_posterior_groups += 1
         if self.posterior_from == "history":
             successes, failures = self.successes[prompt_id], self.failures[prompt_id]
@@ -194,15 +194,21 @@ class AeroSelector(Selector):
             chosen = np.flatnonzero(mask)[np.argsort(draws[mask], kind="stable")[:self.posterior_responses]]
             mask = np.zeros(correct.shape, dtype=bool)
             mask[chosen] = True
-        return Curated(mask, correct.astype(np.float32), baseline, scale)
+        return self._curated(mask, correct.astype(np.float32), baseline, scale)
+
+    def _curated(self, mask: np.ndarray, rewards: np.ndarray, baseline: float, scale: float) -> Curated:
+        self.step_rejected_responses += int(np.count_nonzero(~mask))
+        return Curated(mask, rewards, baseline, scale)
 
     def begin_step(self, step: int, *, epoch: int = 0) -> None:
         super().begin_step(step, epoch=epoch)
-        self.step_posterior_groups = 0
+        self.step_posterior_groups = self.step_rejected_responses = 0
 
     def end_step(self) -> dict[str, float]:
         metrics = super().end_step()
         metrics["selection/posterior_groups"] = float(self.step_posterior_groups)
+        # Generated and paid for, left out of the update (rejection, posterior subsets).
+        metrics["selection/rejected_responses"] = float(self.step_rejected_responses)
         metrics["selection/max_group_size"] = float(self.max_group_size)
         return metrics
 
@@ -212,9 +218,11 @@ class AeroSelector(Selector):
 
     def _history_state(self) -> dict[str, Any]:
         return {"successes": self.successes.copy(), "failures": self.failures.copy(),
-                "step_posterior_groups": self.step_posterior_groups}
+                "step_posterior_groups": self.step_posterior_groups,
+                "step_rejected_responses": self.step_rejected_responses}
 
     def _load_history_state(self, state: dict[str, Any]) -> None:
         for name in ("successes", "failures"):
             setattr(self, name, self._loaded_prompt_array(state, name, np.int32, integer=True, counts=True))
         self.step_posterior_groups = int(state["step_posterior_groups"])
+        self.step_rejected_responses = int(state["step_rejected_responses"])
