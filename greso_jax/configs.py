@@ -74,6 +74,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.sampling.prompt_length_buckets = DEFAULT_PROMPT_BUCKETS
     c.sampling.row_buckets = DEFAULT_ROW_BUCKETS  # 8, 16, 24, 32, 48, ...: a call pads by < half its rows
     c.sampling.min_compact_rows = 0  # >0: decode moves the live rows into R/2, R/4, ... rows, down to this many
+    c.sampling.compact_shrink = 0.5  # each compaction segment's rows over the one before's
 
     c.rl = ml_collections.ConfigDict()
     c.rl.group_size = 8
@@ -216,6 +217,7 @@ FIELD_SPECS: dict[str, Spec] = {
     "sampling.prompt_length_buckets": Spec(SEQ, check=_positive_ints),
     "sampling.row_buckets": Spec(SEQ, check=_positive_ints),
     "sampling.min_compact_rows": Spec(INT, 0),
+    "sampling.compact_shrink": Spec(FLOAT, 0, 1, low_open=True, check=lambda v: "must be < 1" if v >= 1 else None),
     "rl.group_size": GROUP_SIZE_SPEC,
     "rl.advantage": Spec(STR, choices=ADVANTAGE_ESTIMATORS),
     "rl.loss_aggregation": Spec(STR, choices=LOSS_AGGREGATIONS),

@@ -91,19 +91,35 @@ def run_config(source: CheckpointSource, config: ml_collections.ConfigDict | Non
     if config is not None:
         config = copy.deepcopy(config)
     elif saved is not None:  # a resume may have changed config.json since (checkpoint.allow_changes)
-        config = ml_collections.ConfigDict(saved)
+        config = _with_todays_defaults(saved)
     elif source.kind == "workdir":
         config_path = os.path.join(source.path, "config.json")
         if not os.path.exists(config_path):
             raise EvaluateError(f"--checkpoint: {config_path} is missing; pass the run's experiment file with --config")
         with open(config_path) as f:
-            config = ml_collections.ConfigDict(json.load(f))
+            config = _with_todays_defaults(json.load(f))
     else:
         config = _hf_folder_defaults()
     if source.kind == "hf":
         config.model.path = source.path
         config.model.tokenizer = "hf"
     return config
+
+
+def _with_todays_defaults(saved: dict) -> ml_collections.ConfigDict:
+    """A run's saved config, with the fields added since it was written at today's defaults (a
+    field that is new cannot have been used by the run, so its default is what the run did)."""
+    merged = json.loads(configs.get_config().to_json_best_effort())
+
+    def fill(into: dict, values: dict) -> None:
+        for key, value in values.items():
+            if isinstance(value, dict) and isinstance(into.get(key), dict):
+                fill(into[key], value)
+            else:
+                into[key] = value
+
+    fill(merged, saved)
+    return ml_collections.ConfigDict(merged)
 
 
 def _validate_for_evaluation(config: ml_collections.ConfigDict) -> None:
@@ -230,7 +246,8 @@ def evaluate(checkpoint: str, *, config=None, benchmarks: Sequence[str] | None =
                 seed=settings.seed, pool=pool, max_prompt_length=settings.max_prompt_length,
                 prompt_buckets=tuple(config.sampling.prompt_length_buckets),
                 row_buckets=tuple(config.sampling.row_buckets),
-                min_compact_rows=int(config.sampling.min_compact_rows), batch_prompts=batch_prompts,
+                min_compact_rows=int(config.sampling.min_compact_rows),
+                compact_shrink=float(config.sampling.compact_shrink), batch_prompts=batch_prompts,
                 mesh=mesh)
             metrics = benchmark_metrics(correct, settings.pass_k)
             metrics["prompts_too_long"] = sum(

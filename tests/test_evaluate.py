@@ -198,6 +198,23 @@ def test_resolve_checkpoint_forms(tmp_path):
 # -------------------------------------------------------------------------- run workdirs
 
 
+def test_a_run_saved_before_a_field_existed_is_evaluated_at_its_default(tmp_path):
+    """A field added after a run was saved cannot have been used by it: evaluation reads it at
+    today's default instead of failing on the missing key."""
+    import json
+
+    from greso_jax import configs
+    from greso_jax.evaluate import CheckpointSource, run_config
+
+    saved = json.loads(configs.get_config().to_json_best_effort())
+    del saved["sampling"]["compact_shrink"], saved["sampling"]["min_compact_rows"]
+    saved["sampling"]["temperature"] = 0.7
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    config = run_config(CheckpointSource("workdir", str(tmp_path), 3), None)
+    assert config.sampling.compact_shrink == 0.5 and config.sampling.min_compact_rows == 0
+    assert config.sampling.temperature == 0.7
+
+
 def test_workdir_checkpoint_restores_the_trained_parameters(tmp_path):
     """A checkpoint written the way the trainer writes it (Learner.train_state + Checkpointer, the
     run's config.json) is evaluated with exactly the parameters it holds."""

@@ -301,13 +301,17 @@ def test_segment_rows_halve_down_to_the_floor_in_multiples_of_the_mesh():
     assert segment_rows(24, 3) == (12, 6, 3)
     assert segment_rows(24, 4, multiple=4) == (12, 8, 4)  # ceil(12 / 2) = 6 -> 8: splits over 4 devices
     assert segment_rows(8, 8) == () and segment_rows(192, 0) == ()
+    assert segment_rows(192, 8, shrink=0.75) == (144, 108, 81, 61, 46, 35, 27, 21, 16, 12, 9)
+    # 3/4 of 12 is 9, rounded up to the mesh multiple 12 again: the chain stops there.
+    assert segment_rows(24, 4, multiple=4, shrink=0.75) == (20, 16, 12)
 
 
 TAIL_BUDGETS = [32, 1, 5, 32, 12, 3, 32, 8, 20]  # 18 rows in a 24-row bucket: 16 live after step 1, 6 after 20
 
 
-@pytest.mark.parametrize("temperature", [0.0, pytest.param(1.0, marks=pytest.mark.slow)])
-def test_compaction_keeps_every_row(checkpoint, prompts, temperature):
+@pytest.mark.parametrize("temperature, shrink", [(0.0, 0.5), pytest.param(1.0, 0.5, marks=pytest.mark.slow),
+                                                 pytest.param(0.0, 0.75, marks=pytest.mark.slow)])
+def test_compaction_keeps_every_row(checkpoint, prompts, temperature, shrink):
     _, model = checkpoint
     kwargs = dict(num_samples=2, max_new_tokens=TAIL_BUDGETS, max_new_tokens_cap=32, rng=jax.random.key(31),
                   temperature=temperature)
@@ -315,7 +319,7 @@ def test_compaction_keeps_every_row(checkpoint, prompts, temperature):
     probe = generate(model, prompts, eos_ids=(0,), **kwargs)
     eos = next(int(t) for t in probe.tokens[::2, 2:6].ravel() if 0 < (probe.tokens == t).any(1).sum() < 12)
     plain = generate(model, prompts, eos_ids=(eos,), **kwargs)
-    compacted = generate(model, prompts, eos_ids=(eos,), min_compact_rows=6, **kwargs)
+    compacted = generate(model, prompts, eos_ids=(eos,), min_compact_rows=6, compact_shrink=shrink, **kwargs)
     row_budgets = np.repeat(TAIL_BUDGETS, 2)
     assert plain.rows == 24 and not plain.truncated.all()
     assert (plain.truncated & (plain.lengths < 32)).any(), "rows stopped by a budget below the cap"
@@ -325,12 +329,15 @@ def test_compaction_keeps_every_row(checkpoint, prompts, temperature):
     # Not bitwise: XLA:CPU rounds a float32 matmul's rows differently at other row counts (the
     # compacted segments run 12 and then 6 rows).
     np.testing.assert_allclose(compacted.logprobs, plain.logprobs, atol=1e-5, rtol=0)
-    lowered = lower_generate(model, prompts, eos_ids=(eos,), min_compact_rows=6, **kwargs).as_text()
+    lowered = lower_generate(model, prompts, eos_ids=(eos,), min_compact_rows=6, compact_shrink=shrink,
+                             **kwargs).as_text()
     cfg = model.cfg
-    for rows in (12, 6):  # each segment's response cache, one group of one per row
+    segments = segment_rows(24, 6, shrink=shrink)
+    assert segments == ((12, 6) if shrink == 0.5 else (18, 14, 11, 9, 7, 6))
+    for rows in segments:  # each segment's response cache, one group of one per row
         assert f"tensor<{rows}x1x{cfg.num_kv_heads}x31x{cfg.head_dim}xf32>" in lowered, rows
     per_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4
-    assert compacted.kv_cache_bytes == plain.kv_cache_bytes + per_token * 12 * (31 + 32)
+    assert compacted.kv_cache_bytes == plain.kv_cache_bytes + per_token * segments[0] * (31 + 32)
 
 
 @pytest.mark.parametrize("bad, message", [
@@ -364,6 +371,7 @@ def test_bad_budgets_name_the_argument(bad, message):
     (dict(prompts=[[1] * 40]), "prompt length 40 exceeds"),
     (dict(row_buckets=(8, 4)), "row_buckets"),
     (dict(min_compact_rows=-1), "min_compact_rows"),
+    (dict(compact_shrink=1.0), "compact_shrink"),
 ])
 def test_bad_arguments_name_the_field(bad, message):
     model = init_model(PRESETS["tiny-test"])

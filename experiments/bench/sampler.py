@@ -15,7 +15,8 @@ measured in the same run, over the measured decode time).
 clipped at --new_tokens so that 10% of prompts get the full length (stratified quantiles, shuffled
 with a fixed seed), the shape of response lengths under EOS; it reports useful tokens/s (sum of
 response lengths / time) next to the no-EOS tokens/s at the same shape, without and with live-row
-compaction (--min_compact_rows; the no-EOS time is measured again with compaction on).
+compaction (--min_compact_rows, at each --compact_shrink segment ratio; the no-EOS time is
+measured again with compaction on).
 
 Tunix runs in a subprocess with its own interpreter (a separate venv with requirements-peers.txt),
 so the project's pinned stack is untouched; `--tunix_worker` is that subprocess's entry point.
@@ -121,16 +122,20 @@ def bench_greso(args, prompts, cfg_name):
         tail = generate(model, prompts, rng=jax.random.key(2), **tail_kwargs)
         assert compile_count() == compiled_before, "the budgets must reuse the no-EOS program"
         long_tail = dict(useful_tokens=int(tail.lengths.sum()), budgets=budgets, seconds={}, no_eos_seconds={})
-        for compact in (0, args.min_compact_rows):
-            on = dict(min_compact_rows=compact)
-            generate(model, prompts, rng=jax.random.key(2), **tail_kwargs, **on)  # compiles when compacting
-            long_tail["seconds"][compact] = _best_time(
+        settings = [(0, 0.5)] + [(args.min_compact_rows, shrink) for shrink in args.compact_shrink]
+        long_tail["rows_changed"] = {}
+        for compact, shrink in settings:
+            on = dict(min_compact_rows=compact, compact_shrink=shrink)
+            compiled_before = compile_count()
+            started = time.perf_counter()
+            compacted = generate(model, prompts, rng=jax.random.key(2), **tail_kwargs, **on)  # compiles if new
+            if compile_count() > compiled_before:
+                long_tail.setdefault("compile_s", {})[(compact, shrink)] = time.perf_counter() - started
+            long_tail["rows_changed"][(compact, shrink)] = int((compacted.tokens != tail.tokens).any(axis=1).sum())
+            long_tail["seconds"][(compact, shrink)] = _best_time(
                 lambda: generate(model, prompts, rng=jax.random.key(3), **tail_kwargs, **on), args.repeats)
-            long_tail["no_eos_seconds"][compact] = seconds if not compact else _best_time(
+            long_tail["no_eos_seconds"][(compact, shrink)] = seconds if not compact else _best_time(
                 lambda: generate(model, prompts, rng=jax.random.key(1), **kwargs, **on), args.repeats)
-        compacted = generate(model, prompts, rng=jax.random.key(2), **tail_kwargs,
-                             min_compact_rows=args.min_compact_rows)
-        long_tail["rows_changed"] = int((compacted.tokens != tail.tokens).any(axis=1).sum())
 
     graphdef, state = nnx.split(model)
     prefill_jit = jax.jit(lambda s, ids, lengths: prefill(nnx.merge(graphdef, s), ids, lengths))
@@ -250,6 +255,8 @@ def main():
     parser.add_argument("--long_tail", action="store_true", help="also time long-tailed per-prompt budgets")
     parser.add_argument("--min_compact_rows", type=int, default=8,
                         help="--long_tail: also time live-row compaction down to this many rows")
+    parser.add_argument("--compact_shrink", type=float, nargs="+", default=[0.5, 0.75],
+                        help="--long_tail: the compaction segment ratios to time side by side")
     parser.add_argument("--tunix_python", default="/tmp/venv-peers/bin/python")
     parser.add_argument("--skip_transformers", action="store_true")
     parser.add_argument("--workdir", default=tempfile.mkdtemp(prefix="bench-sampler-"))
@@ -315,14 +322,19 @@ def main():
               f"{tail['useful_tokens']} useful of {tokens} slots")
         print(f"{'greso_jax':<24}{'no-EOS s':>10}{'tokens/s':>10}{'long-tail s':>12}{'useful tok/s':>14}"
               f"{'ratio':>7}")
-        for compact, tail_s in tail["seconds"].items():
-            name = f"compaction to {compact} rows" if compact else "no compaction"
-            no_eos_s = tail["no_eos_seconds"][compact]
+        print(f"{'greso_jax':<32}{'no-EOS s':>10}{'tokens/s':>10}{'long-tail s':>12}{'useful tok/s':>14}"
+              f"{'ratio':>7}{'compile s':>11}{'rows changed':>14}")
+        for (compact, shrink), tail_s in tail["seconds"].items():
+            name = f"compaction x{shrink} to {compact} rows" if compact else "no compaction"
+            no_eos_s = tail["no_eos_seconds"][(compact, shrink)]
             useful = tail["useful_tokens"] / tail_s
-            print(f"{name:<24}{no_eos_s:>10.2f}{tokens / no_eos_s:>10.0f}{tail_s:>12.2f}{useful:>14.0f}"
-                  f"{useful / (tokens / ours['seconds']):>6.2f}x")
-        print(f"ratio: useful tokens/s over the no-EOS tokens/s without compaction; rows whose tokens "
-              f"compaction changed (float rounding of other matmul shapes): {tail['rows_changed']}")
+            compile_s = tail.get("compile_s", {}).get((compact, shrink), float("nan"))
+            print(f"{name:<32}{no_eos_s:>10.2f}{tokens / no_eos_s:>10.0f}{tail_s:>12.2f}{useful:>14.0f}"
+                  f"{useful / (tokens / ours['seconds']):>6.2f}x{compile_s:>11.1f}"
+                  f"{tail['rows_changed'][(compact, shrink)]:>14}")
+        print("ratio: useful tokens/s over the no-EOS tokens/s without compaction; compile s: the first call "
+              "of that program (nan: compiled earlier); rows changed: rows whose tokens differ from the "
+              "uncompacted call's (float rounding of other matmul shapes)")
     for note in notes:
         print(note)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import jax
@@ -10,18 +11,21 @@ import jax.numpy as jnp
 from greso_jax.sampling.kv_cache import Constraint, LayerCache
 
 
-def segment_rows(rows: int, min_rows: int, multiple: int = 1) -> tuple[int, ...]:
-    """Row counts of the decode segments after the first (which runs all `rows`): each half the one
-    before, rounded up to a multiple of `multiple` (the data-parallel size, so every segment splits
-    evenly over the mesh), while that is >= min_rows and smaller. min_rows 0: () (no compaction)."""
+def segment_rows(rows: int, min_rows: int, multiple: int = 1, shrink: float = 0.5) -> tuple[int, ...]:
+    """Row counts of the decode segments after the first (which runs all `rows`): each `shrink` times
+    the one before, rounded up to a multiple of `multiple` (the data-parallel size, so every segment
+    splits evenly over the mesh), while that is >= min_rows and smaller. min_rows 0: () (no compaction).
+
+    A segment runs at most 1 / shrink times the rows still live, so a larger shrink idles fewer rows
+    and costs more segments (one more compiled loop and one more gather each)."""
     sizes: list[int] = []
     size = rows
     while min_rows > 0:
-        half = -(-size // (2 * multiple)) * multiple  # ceil(size / 2), rounded up to the multiple
-        if half < min_rows or half >= size:
+        smaller = -(-math.ceil(size * shrink - 1e-9) // multiple) * multiple  # rounded up to the multiple
+        if smaller < min_rows or smaller >= size:
             break
-        sizes.append(half)
-        size = half
+        sizes.append(smaller)
+        size = smaller
     return tuple(sizes)
 
 

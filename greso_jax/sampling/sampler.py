@@ -195,7 +195,7 @@ def _program(params, prompt_ids, prompt_lengths, budgets, key, temperature, top_
 
 
 def _prepare(model, prompts, *, num_samples, max_new_tokens, max_new_tokens_cap, rng, temperature, top_p, top_k,
-             eos_ids, pad_id, prompt_buckets, row_buckets, min_compact_rows, mesh):
+             eos_ids, pad_id, prompt_buckets, row_buckets, min_compact_rows, compact_shrink, mesh):
     """Validates, buckets and places everything; returns (program key, a function that builds the
     jitted program, args, plan). Building the jit wrapper costs ms, so it is only done to compile."""
     _validate(model, prompts, num_samples, temperature, top_p, top_k, eos_ids, pad_id)
@@ -205,6 +205,8 @@ def _prepare(model, prompts, *, num_samples, max_new_tokens, max_new_tokens_cap,
     row_buckets = check_buckets(DEFAULT_ROW_BUCKETS if row_buckets is None else row_buckets, "row_buckets")
     if not isinstance(min_compact_rows, (int, np.integer)) or min_compact_rows < 0:
         raise ValueError(f"min_compact_rows: must be an int >= 0 (0 = off), got {min_compact_rows!r}")
+    if not 0 < compact_shrink < 1:
+        raise ValueError(f"compact_shrink: must be in (0, 1), got {compact_shrink!r}")
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     shardings, batch, replicated, mesh = _placement(model, params, mesh)
     data_parallel = 1 if mesh is None else mesh.shape.get("data", 1) * mesh.shape.get("fsdp", 1)
@@ -215,7 +217,8 @@ def _prepare(model, prompts, *, num_samples, max_new_tokens, max_new_tokens_cap,
     plan = Plan(prompt_rows=prompt_rows,
                  prompt_length=bucket_at_least(int(lengths.max()), prompt_buckets, "prompt length"),
                  group=num_samples, max_new_tokens=cap,
-                 compact_rows=segment_rows(prompt_rows * num_samples, int(min_compact_rows), data_parallel))
+                 compact_rows=segment_rows(prompt_rows * num_samples, int(min_compact_rows), data_parallel,
+                                               float(compact_shrink)))
     ids = np.full((plan.prompt_rows, plan.prompt_length), pad_id, np.int32)
     for i, p in enumerate(prompts):
         ids[i, :len(p)] = p
@@ -245,21 +248,23 @@ def _prepare(model, prompts, *, num_samples, max_new_tokens, max_new_tokens_cap,
 def lower_generate(model, prompts, *, num_samples: int, max_new_tokens, rng: jax.Array,
                    max_new_tokens_cap: int | None = None, temperature: float = 1.0, top_p: float = 1.0,
                    top_k: int = 0, eos_ids: Sequence[int] = (), pad_id: int = 0, prompt_buckets=None,
-                   row_buckets=None, min_compact_rows: int = 0, mesh=None) -> jax.stages.Lowered:
+                   row_buckets=None, min_compact_rows: int = 0, compact_shrink: float = 0.5,
+                   mesh=None) -> jax.stages.Lowered:
     """The lowered (not compiled) program `generate` would run for these arguments: for
     inspecting its shapes, HLO and cost analysis."""
     _, make_fn, args, _ = _prepare(model, prompts, num_samples=num_samples, max_new_tokens=max_new_tokens,
                                    max_new_tokens_cap=max_new_tokens_cap, rng=rng,
                                    temperature=temperature, top_p=top_p, top_k=top_k, eos_ids=eos_ids, pad_id=pad_id,
                                    prompt_buckets=prompt_buckets, row_buckets=row_buckets,
-                                   min_compact_rows=min_compact_rows, mesh=mesh)
+                                   min_compact_rows=min_compact_rows, compact_shrink=compact_shrink, mesh=mesh)
     return make_fn().lower(*args)
 
 
 def generate(model, prompts: list[list[int]], *, num_samples: int, max_new_tokens: int | Sequence[int],
              rng: jax.Array, max_new_tokens_cap: int | None = None, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, eos_ids: Sequence[int] = (),
              pad_id: int = 0, prompt_buckets: Sequence[int] | None = None,
-             row_buckets: Sequence[int] | None = None, min_compact_rows: int = 0, mesh=None) -> SampleOutput:
+             row_buckets: Sequence[int] | None = None, min_compact_rows: int = 0, compact_shrink: float = 0.5,
+             mesh=None) -> SampleOutput:
     """Samples `num_samples` responses for each prompt; see `SampleOutput` for the fields.
 
     temperature 0 is greedy; top_k 0 and top_p 1 are off. Same `rng` -> identical output. The
@@ -272,10 +277,10 @@ def generate(model, prompts: list[list[int]], *, num_samples: int, max_new_token
     tokens). The outputs' length dimension is `max_new_tokens_cap` (default: the largest budget);
     budgets are runtime values, so a fixed cap compiles once whatever the budgets.
 
-    min_compact_rows > 0: live-row compaction. Decode runs in segments of rows, R/2, R/4, ...
-    (not below min_compact_rows; under a mesh, multiples of its data-parallel size); once few
-    enough rows are live, they move into the next segment, so rows that are done stop costing
-    steps. The outputs are the uncompacted program's: a row's draws are keyed by its index in
+    min_compact_rows > 0: live-row compaction. Decode runs in segments of rows, R * s, R * s^2, ...
+    with s = compact_shrink (not below min_compact_rows; under a mesh, multiples of its
+    data-parallel size); once few enough rows are live, they move into the next segment, so rows
+    that are done stop costing steps. The outputs are the uncompacted program's: a row's draws are keyed by its index in
     the call. It costs up to half the response cache, and a per-row copy of the prompt cache
     for the compacted rows, in transient memory (see `kv_cache_bytes`).
     """
@@ -283,7 +288,8 @@ def generate(model, prompts: list[list[int]], *, num_samples: int, max_new_token
                                         max_new_tokens_cap=max_new_tokens_cap,
                                         rng=rng, temperature=temperature, top_p=top_p, top_k=top_k, eos_ids=eos_ids,
                                         pad_id=pad_id, prompt_buckets=prompt_buckets, row_buckets=row_buckets,
-                                        min_compact_rows=min_compact_rows, mesh=mesh)
+                                        min_compact_rows=min_compact_rows, compact_shrink=compact_shrink,
+                                        mesh=mesh)
     compiled = _COMPILED.get(key)
     if compiled is None:
         compiled = _COMPILED[key] = make_fn().lower(*args).compile()
