@@ -30,7 +30,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from greso_jax.specs import ConfigError  # run_dir.RunDirError is one
 
     return (ConfigError, CheckpointError, DataError, ModelFolderError, SafetensorsError, FileNotFoundError,
-            IsADirectoryError, NotADirectoryError, PermissionError)
+            FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError)
 
 
 def _is_user_error(error: BaseException, extra: tuple[type[BaseException], ...]) -> bool:
@@ -72,9 +72,10 @@ def _flag_error(error: Exception, argv: list[str]) -> str:
             name = arg.split("=", 1)[0]
             if name.startswith("--config.") and key in name.split("."):
                 field = name[len("--config."):]
-                section = field.rsplit(".", 1)[0] + "." if "." in field else ""
-                return f"{name}: no such config field {field}" + (f"; did you mean {section}{hint.group(1)}?"
-                                                                  if hint else "")
+                parts = field.split(".")
+                i = parts.index(key)  # the misspelt part: the field's name, or a section above it
+                suggestion = ".".join(parts[:i] + [hint.group(1)] + parts[i + 1:]) if hint else ""
+                return f"{name}: no such config field {field}" + (f"; did you mean {suggestion}?" if hint else "")
     if isinstance(root, SyntaxError):
         return f"--config: {root.filename}:{root.lineno}: {root.msg}"
     # ml_collections reports a config file it could not find as "Attempted [<how>]: <path> <reason>"
@@ -83,7 +84,21 @@ def _flag_error(error: Exception, argv: list[str]) -> str:
         return f"--config: cannot load {loading.group(1)}: {loading.group(2)}"
     if isinstance(error, flags.Error):  # a bad value: absl's message names the flag
         return one_line(error)
-    return f"--config: {type(root).__name__}: {one_line(root)}"
+    return f"--config: {_user_code_location(root)}{type(root).__name__}: {one_line(root)}"
+
+
+def _user_code_location(error: BaseException) -> str:
+    """"<file>:<line>: " of the innermost frame outside this package and the libraries (the
+    experiment file that raised), or "" when there is none."""
+    import os
+
+    package = os.path.dirname(os.path.abspath(__file__))
+    frames = traceback.extract_tb(error.__traceback__)
+    for frame in reversed(frames):
+        path = os.path.abspath(frame.filename)
+        if not path.startswith(package) and "site-packages" not in path and not frame.filename.startswith("<"):
+            return f"{frame.filename}:{frame.lineno}: "
+    return ""
 
 
 def parse_flags(argv: list[str]) -> list[str]:
