@@ -6,6 +6,7 @@ import errno
 import logging
 import re
 import sys
+import threading
 import traceback
 import warnings
 
@@ -123,12 +124,43 @@ class _WithoutTracebacks(logging.Filter):
         return True
 
 
+def _quiet_background_errors() -> None:
+    """Errors raised outside the main thread (tensorstore's writer threads calling into an asyncio loop
+    orbax already closed after a failed write, a full disk) print one line each, once, instead of a
+    traceback; the main thread reports the failure itself. Main-thread errors keep their tracebacks."""
+    seen: set[str] = set()
+
+    def say_once(exc_type, exc_value) -> None:
+        line = f"warning: background thread: {exc_type.__name__}: {one_line(exc_value) if exc_value else ''}"
+        if line not in seen:
+            seen.add(line)
+            sys.stderr.write(line + "\n")  # one write: other threads log to stderr meanwhile
+
+    default_excepthook, default_unraisable = sys.excepthook, sys.unraisablehook
+
+    def excepthook(exc_type, exc_value, tb):
+        if threading.current_thread() is threading.main_thread():
+            default_excepthook(exc_type, exc_value, tb)
+        else:  # C++ threads report a failed Python callback through sys.excepthook (PyErr_Print)
+            say_once(exc_type, exc_value)
+
+    def unraisablehook(unraisable):
+        if threading.current_thread() is threading.main_thread():
+            default_unraisable(unraisable)
+        else:
+            say_once(unraisable.exc_type, unraisable.exc_value)
+
+    sys.excepthook, sys.unraisablehook = excepthook, unraisablehook
+    threading.excepthook = lambda args: say_once(args.exc_type, args.exc_value)
+
+
 def run(main, *, user_errors: tuple[type[BaseException], ...] = ()) -> None:
     """app.run(main) where a user error (a bad config, data, checkpoint or model folder, a workdir in
     use, a full disk; plus `user_errors`) prints one line and exits with status 2."""
     def guarded(argv):
         if not _VERBOSE.value:
             absl_logging.get_absl_handler().addFilter(_WithoutTracebacks())
+            _quiet_background_errors()
         try:
             main(argv)
         except Exception as e:  # noqa: BLE001 -- re-raised unless it is a user error

@@ -227,7 +227,7 @@ def test_a_full_disk_names_the_path_and_leaves_the_previous_step_intact(run_copy
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
     result = _train(run_copy, "--config.train.num_steps=5", preexec_fn=small_files)
-    line = _one_line_error(result, checkpoint_dir(str(run_copy)), "File too large", background_noise=True)
+    line = _one_line_error(result, checkpoint_dir(str(run_copy)), "File too large")
     # Which save first crosses the limit depends on how the checkpoint's files fill up (step 3 or later):
     # the error names that step and the one before it, which must be the newest restorable step.
     failed = int(re.search(r"checkpoint step (\d+)", line).group(1))
