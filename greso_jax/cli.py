@@ -6,6 +6,7 @@ import errno
 import logging
 import re
 import sys
+import threading
 import traceback
 import warnings
 
@@ -30,7 +31,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from greso_jax.specs import ConfigError  # run_dir.RunDirError is one
 
     return (ConfigError, CheckpointError, DataError, ModelFolderError, SafetensorsError, FileNotFoundError,
-            IsADirectoryError, NotADirectoryError, PermissionError)
+            FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError)
 
 
 def _is_user_error(error: BaseException, extra: tuple[type[BaseException], ...]) -> bool:
@@ -72,9 +73,10 @@ def _flag_error(error: Exception, argv: list[str]) -> str:
             name = arg.split("=", 1)[0]
             if name.startswith("--config.") and key in name.split("."):
                 field = name[len("--config."):]
-                section = field.rsplit(".", 1)[0] + "." if "." in field else ""
-                return f"{name}: no such config field {field}" + (f"; did you mean {section}{hint.group(1)}?"
-                                                                  if hint else "")
+                parts = field.split(".")
+                i = parts.index(key)  # the misspelt part: the field's name, or a section above it
+                suggestion = ".".join(parts[:i] + [hint.group(1)] + parts[i + 1:]) if hint else ""
+                return f"{name}: no such config field {field}" + (f"; did you mean {suggestion}?" if hint else "")
     if isinstance(root, SyntaxError):
         return f"--config: {root.filename}:{root.lineno}: {root.msg}"
     # ml_collections reports a config file it could not find as "Attempted [<how>]: <path> <reason>"
@@ -83,7 +85,21 @@ def _flag_error(error: Exception, argv: list[str]) -> str:
         return f"--config: cannot load {loading.group(1)}: {loading.group(2)}"
     if isinstance(error, flags.Error):  # a bad value: absl's message names the flag
         return one_line(error)
-    return f"--config: {type(root).__name__}: {one_line(root)}"
+    return f"--config: {_user_code_location(root)}{type(root).__name__}: {one_line(root)}"
+
+
+def _user_code_location(error: BaseException) -> str:
+    """"<file>:<line>: " of the innermost frame outside this package and the libraries (the
+    experiment file that raised), or "" when there is none."""
+    import os
+
+    package = os.path.dirname(os.path.abspath(__file__))
+    frames = traceback.extract_tb(error.__traceback__)
+    for frame in reversed(frames):
+        path = os.path.abspath(frame.filename)
+        if not path.startswith(package) and "site-packages" not in path and not frame.filename.startswith("<"):
+            return f"{frame.filename}:{frame.lineno}: "
+    return ""
 
 
 def parse_flags(argv: list[str]) -> list[str]:
@@ -108,12 +124,43 @@ class _WithoutTracebacks(logging.Filter):
         return True
 
 
+def _quiet_background_errors() -> None:
+    """Errors raised outside the main thread (tensorstore's writer threads calling into an asyncio loop
+    orbax already closed after a failed write, a full disk) print one line each, once, instead of a
+    traceback; the main thread reports the failure itself. Main-thread errors keep their tracebacks."""
+    seen: set[str] = set()
+
+    def say_once(exc_type, exc_value) -> None:
+        line = f"warning: background thread: {exc_type.__name__}: {one_line(exc_value) if exc_value else ''}"
+        if line not in seen:
+            seen.add(line)
+            sys.stderr.write(line + "\n")  # one write: other threads log to stderr meanwhile
+
+    default_excepthook, default_unraisable = sys.excepthook, sys.unraisablehook
+
+    def excepthook(exc_type, exc_value, tb):
+        if threading.current_thread() is threading.main_thread():
+            default_excepthook(exc_type, exc_value, tb)
+        else:  # C++ threads report a failed Python callback through sys.excepthook (PyErr_Print)
+            say_once(exc_type, exc_value)
+
+    def unraisablehook(unraisable):
+        if threading.current_thread() is threading.main_thread():
+            default_unraisable(unraisable)
+        else:
+            say_once(unraisable.exc_type, unraisable.exc_value)
+
+    sys.excepthook, sys.unraisablehook = excepthook, unraisablehook
+    threading.excepthook = lambda args: say_once(args.exc_type, args.exc_value)
+
+
 def run(main, *, user_errors: tuple[type[BaseException], ...] = ()) -> None:
     """app.run(main) where a user error (a bad config, data, checkpoint or model folder, a workdir in
     use, a full disk; plus `user_errors`) prints one line and exits with status 2."""
     def guarded(argv):
         if not _VERBOSE.value:
             absl_logging.get_absl_handler().addFilter(_WithoutTracebacks())
+            _quiet_background_errors()
         try:
             main(argv)
         except Exception as e:  # noqa: BLE001 -- re-raised unless it is a user error

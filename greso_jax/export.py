@@ -15,6 +15,7 @@ Exit status 2 on bad input, with a one-line message naming the flag or file.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import shutil
@@ -22,7 +23,7 @@ import sys
 
 import ml_collections
 
-from greso_jax.checkpoint import checkpoint_dir, finished_steps
+from greso_jax.checkpoint import CheckpointError, checkpoint_dir, choose_restore_step, finished_steps, step_damage
 from greso_jax.configs import DTYPES
 
 # the files a Hugging Face tokenizer folder may hold (transformers writes the chat template to its own file)
@@ -30,6 +31,9 @@ HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens
                       "vocab.json", "merges.txt", "chat_template.jinja")
 # CharTokenizer.apply_chat_template as Jinja: the contents of the non-system messages, concatenated
 CHAR_CHAT_TEMPLATE = "{% for m in messages %}{% if m['role'] != 'system' %}{{ m['content'] }}{% endif %}{% endfor %}"
+
+
+_DISK_ERRNOS = {errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)}  # a full disk, a quota
 
 
 class ExportError(ValueError):
@@ -44,16 +48,26 @@ def run_config(workdir: str) -> ml_collections.ConfigDict:
         return ml_collections.ConfigDict(json.load(f))
 
 
-def checkpoint_step(workdir: str, step: int | None) -> int:
-    """`step`, or the latest finished checkpoint of the run."""
+def checkpoint_step(workdir: str, step: int | None, *, log=print) -> int:
+    """`step` if its files match its manifest, or (None) the newest intact step of the run: a damaged
+    newer step is reported through `log` and skipped, as a resume or `evaluate` would."""
     folder = checkpoint_dir(workdir)
     steps = finished_steps(folder) if os.path.isdir(folder) else []
     if not steps:
         raise ExportError(f"--workdir: {folder} holds no checkpoint")
     if step is None:
-        return steps[-1]
+        try:
+            return choose_restore_step(folder, log=log, move_damaged=False)
+        except CheckpointError as e:  # names every step and its damaged file
+            raise ExportError(f"--workdir: {e}") from None
     if step not in steps:
         raise ExportError(f"--step: {folder} has no step {step} (steps: {', '.join(map(str, steps))})")
+    try:
+        damage = step_damage(os.path.join(folder, str(step)))
+    except FileNotFoundError:  # no manifest: written before manifests, or the run stopped first
+        damage = None
+    if damage:
+        raise ExportError(f"--step: step {step} is damaged: {os.path.join(folder, damage)}")
     return step
 
 
@@ -116,10 +130,10 @@ def _generation_config(config, tokenizer) -> dict:
     return base | {"eos_token_id": list(tokenizer.eos_ids), "pad_token_id": tokenizer.pad_id}
 
 
-def export(workdir: str, out: str, *, step: int | None = None, dtype: str | None = None) -> str:
-    """Writes the policy of `workdir` at `step` (default: the latest) to the folder `out`; returns it."""
+def export(workdir: str, out: str, *, step: int | None = None, dtype: str | None = None, log=print) -> str:
+    """Writes the policy of `workdir` at `step` (default: the newest intact step) to the folder `out`;
+    returns it. A failed write (a full disk) removes what it wrote: `out` was new or empty."""
     from greso_jax.policy import build_tokenizer
-    from greso_jax.models import save_pretrained
 
     workdir, out = os.path.abspath(workdir), os.path.abspath(out)
     if not os.path.isdir(workdir):
@@ -129,9 +143,26 @@ def export(workdir: str, out: str, *, step: int | None = None, dtype: str | None
     if dtype is not None and dtype not in DTYPES:
         raise ExportError(f"--dtype: {dtype!r} is not one of {', '.join(DTYPES)}")
     config = run_config(workdir)
-    step = checkpoint_step(workdir, step)
+    step = checkpoint_step(workdir, step, log=log)
     model = load_exported_policy(workdir, step, config)
     tokenizer = build_tokenizer(config)
+    existed = os.path.isdir(out)
+    try:
+        _write_folder(model, tokenizer, config, out, dtype)
+    except BaseException:
+        if existed:  # it was empty: empty it again
+            for name in os.listdir(out):
+                path = os.path.join(out, name)
+                shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.remove(path)
+        else:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+    return out
+
+
+def _write_folder(model, tokenizer, config, out: str, dtype: str | None) -> None:
+    from greso_jax.models import save_pretrained
+
     save_pretrained(model, out, dtype=dtype or config.model.param_dtype)
     hf_config_path = os.path.join(out, "config.json")
     with open(hf_config_path) as f:
@@ -146,7 +177,6 @@ def export(workdir: str, out: str, *, step: int | None = None, dtype: str | None
         _copy_hf_tokenizer(config.model.path, out)
     else:
         write_char_tokenizer(tokenizer, out, model.cfg.max_position_embeddings)
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,10 +189,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         out = export(args.workdir, args.out, step=args.step, dtype=args.dtype)
-    except (ExportError, FileNotFoundError) as e:
+    except (ExportError, FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError) as e:
         print(f"export: {e}", file=sys.stderr)
         return 2
-    print(f"exported {args.workdir} step {checkpoint_step(os.path.abspath(args.workdir), args.step)} to {out}")
+    except OSError as e:
+        if e.errno not in _DISK_ERRNOS:
+            raise
+        print(f"export: writing {os.path.abspath(args.out)} failed ({e}); nothing was kept there", file=sys.stderr)
+        return 2
+    step = checkpoint_step(os.path.abspath(args.workdir), args.step, log=lambda *a: None)
+    print(f"exported {args.workdir} step {step} to {out}")
     return 0
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from absl import flags, logging
 from ml_collections import config_flags
 
@@ -19,8 +21,11 @@ def main(argv) -> None:
     del argv
     logging.set_verbosity(logging.WARNING)  # orbax logs every checkpoint file at INFO
     initialize_from_flags()
+    from greso_jax.run_dir import RunDirError
     from greso_jax.trainer import Trainer
 
+    if os.path.exists(_WORKDIR.value) and not os.path.isdir(_WORKDIR.value):
+        raise RunDirError(f"--workdir: {_WORKDIR.value} exists and is not a folder")
     Trainer(_CONFIG.value, _WORKDIR.value).run()
 
 

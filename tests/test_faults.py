@@ -227,7 +227,7 @@ def test_a_full_disk_names_the_path_and_leaves_the_previous_step_intact(run_copy
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
     result = _train(run_copy, "--config.train.num_steps=5", preexec_fn=small_files)
-    line = _one_line_error(result, checkpoint_dir(str(run_copy)), "File too large", background_noise=True)
+    line = _one_line_error(result, checkpoint_dir(str(run_copy)), "File too large")
     # Which save first crosses the limit depends on how the checkpoint's files fill up (step 3 or later):
     # the error names that step and the one before it, which must be the newest restorable step.
     failed = int(re.search(r"checkpoint step (\d+)", line).group(1))
@@ -326,10 +326,19 @@ def _overlapping_model(tmp_path):
     return tmp_path / "model"
 
 
+def _raising_experiment(tmp_path):
+    path = tmp_path / "raising.py"
+    path.write_text("def get_config():\n    return undefined_name\n")
+    return path
+
+
 @pytest.mark.parametrize("make_args,needles", [
     (lambda t: ["--config=missing.py"], ["--config: cannot load missing.py"]),
     (lambda t: [f"--config={CONFIG}", "--config.rl.gruop_size=2"],
      ["--config.rl.gruop_size: no such config field", "did you mean rl.group_size?"]),
+    (lambda t: [f"--config={CONFIG}", "--config.trian.num_steps=3"],
+     ["--config.trian.num_steps: no such config field", "did you mean train.num_steps?"]),
+    (lambda t: [f"--config={_raising_experiment(t)}"], ["--config: ", "raising.py:2: NameError", "undefined_name"]),
     (lambda t: [f"--config={CONFIG}", "--config.mesh.data=3"], ["mesh.data*mesh.fsdp*mesh.tensor = 3"]),
     (lambda t: [f"--config={CONFIG}", "--config.data.source=jsonl", f"--config.data.path={_bad_jsonl(t)}"],
      ["bad.jsonl:2:"]),
@@ -345,11 +354,20 @@ def test_train_cli_user_errors_are_one_line(tmp_path, make_args, needles):
     assert verbose.returncode == 2 and "Traceback" in verbose.stderr
 
 
-def test_skip_bad_rows_counts_a_non_utf8_line(tmp_path):
+def test_a_workdir_that_is_a_file_is_a_one_line_error(tmp_path):
+    (tmp_path / "afile").write_text("mine")
+    _one_line_error(_train(tmp_path / "afile"), "--workdir", "afile", "is not a folder")
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
+def test_skip_bad_rows_counts_a_non_utf8_line_and_says_so(tmp_path, caplog):
     from greso_jax.data.sources import load_jsonl
 
     rows = load_jsonl(str(_non_utf8_jsonl(tmp_path)), skip_bad_rows=True)
     assert len(rows) == 1 and rows.num_bad_rows == 1
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "latin1.jsonl: skipped 1 bad row (data.skip_bad_rows); the first: line 2:" \
+        in warnings[0], warnings
 
 
 def test_evaluate_cli_user_errors_are_one_line(tmp_path):
@@ -357,3 +375,35 @@ def test_evaluate_cli_user_errors_are_one_line(tmp_path):
     _one_line_error(_cli("greso_jax.evaluate", f"--checkpoint={tmp_path}", "--k=x"), "--k: expected integers")
     _one_line_error(_cli("greso_jax.evaluate", f"--checkpoint={tmp_path}", "--config=missing.py"),
                     "--config: cannot load missing.py")
+
+
+# -------------------------------------------------------------------------- export of a damaged or full-disk run
+
+
+def test_export_skips_a_damaged_latest_step_and_refuses_a_damaged_chosen_one(run_copy, tmp_path, capsys):
+    from greso_jax import export as export_mod
+
+    _flip_bytes(_largest_file(checkpoint_dir(str(run_copy)) + "/2"))
+    before = sorted(os.listdir(checkpoint_dir(str(run_copy))))
+    assert export_mod.main(["--workdir", str(run_copy), "--out", str(tmp_path / "hf")]) == 0
+    out = capsys.readouterr().out
+    assert "checkpoint step 2 is damaged" in out and f"exported {run_copy} step 1 to" in out
+    assert export_mod.main(["--workdir", str(run_copy), "--step", "2", "--out", str(tmp_path / "hf2")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--step: step 2 is damaged" in err and "2/train_state/" in err, err
+    assert not (tmp_path / "hf2").exists()
+    assert sorted(os.listdir(checkpoint_dir(str(run_copy)))) == before  # export moves nothing
+
+
+def test_export_on_a_full_disk_is_one_line_and_leaves_no_partial_folder(run_copy, tmp_path):
+    limit = 20_000  # far below the tiny model's weights
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    out = tmp_path / "hf"
+    result = _cli("greso_jax.export", f"--workdir={run_copy}", f"--out={out}", preexec_fn=small_files)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"export: writing {out} failed") and "File too large" in line, line
+    assert not out.exists()

@@ -9,6 +9,7 @@ the selectors index their per-prompt history arrays by them.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
@@ -18,6 +19,8 @@ from greso_jax.data import arith
 from greso_jax.data.rows import PromptRow, PromptRows
 from greso_jax.data import catalog
 from greso_jax.rewards.math import gold_answer
+
+_log = logging.getLogger(__name__)
 
 JSONL_FORMATS = ("gsm8k", "math500", "aime24", "amc23", "minerva_math", "olympiadbench", "gaokao2023en")
 BENCHMARKS = JSONL_FORMATS + ("synthetic",)
@@ -123,6 +126,13 @@ def detect_format(path: str) -> str:
     return folder if folder in JSONL_FORMATS else "generic"
 
 
+def _report_skipped(rows: PromptRows, path: str, first: str) -> None:
+    """One warning per file for the rows data.skip_bad_rows dropped, with the first of them."""
+    if rows.num_bad_rows:
+        n = rows.num_bad_rows
+        _log.warning(f"{path}: skipped {n} bad row{'s' if n > 1 else ''} (data.skip_bad_rows); the first: {first}")
+
+
 def _check_not_empty(rows: PromptRows, path: str) -> PromptRows:
     if not rows:
         raise DataError(f"{path}: no usable prompts ({rows.num_bad_rows} bad rows skipped)")
@@ -137,7 +147,7 @@ def load_jsonl(path: str, *, format: str | None = None, skip_bad_rows: bool = Fa
     if not os.path.exists(path):
         raise DataError(f"{path}: no such file")
     read_row = _JSONL_READERS[format]
-    rows = PromptRows(path=path)
+    rows, first_bad = PromptRows(path=path), ""
     with open(path, "rb") as f:  # decoded line by line: a non-UTF-8 line is a bad row like any other
         for line_number, raw in enumerate(f, start=1):
             if not raw.strip():
@@ -154,8 +164,10 @@ def load_jsonl(path: str, *, format: str | None = None, skip_bad_rows: bool = Fa
                 if not skip_bad_rows:
                     raise DataError(f"{path}:{line_number}: {e}") from None
                 rows.num_bad_rows += 1
+                first_bad = first_bad or f"line {line_number}: {e}"
                 continue
             rows.append(row)
+    _report_skipped(rows, path, first_bad)
     return _check_not_empty(rows, path)
 
 
@@ -189,7 +201,7 @@ def load_verl_parquet(path: str, *, skip_bad_rows: bool = False) -> PromptRows:
         table = pq.read_table(path)
     except Exception as e:  # pyarrow raises several unrelated types for a corrupt file
         raise DataError(f"{path}: not a readable parquet file: {e}") from None
-    rows = PromptRows(path=path)
+    rows, first_bad = PromptRows(path=path), ""
     for row_number, record in enumerate(table.to_pylist(), start=1):
         try:
             rows.append(_parquet_row(record, len(rows)))
@@ -197,6 +209,8 @@ def load_verl_parquet(path: str, *, skip_bad_rows: bool = False) -> PromptRows:
             if not skip_bad_rows:
                 raise DataError(f"{path}: row {row_number}: {e}") from None
             rows.num_bad_rows += 1
+            first_bad = first_bad or f"row {row_number}: {e}"
+    _report_skipped(rows, path, first_bad)
     return _check_not_empty(rows, path)
 
 
