@@ -99,6 +99,7 @@ class Trainer:
         self._count(metrics)
         metrics["rewards/grading_failures"] = self._grading_failures
         metrics["data/dropped_too_long"] = self.pipeline.num_dropped_too_long
+        metrics["data/bad_rows"] = self.train_rows.num_bad_rows  # skipped with data.skip_bad_rows
         if self.pipeline.num_dropped_too_long and not self._dropped_logged:
             self._dropped_logged = True
             self.log(f"dropping prompts longer than data.max_prompt_length={c.data.max_prompt_length} tokens "

@@ -241,21 +241,23 @@ def test_a_full_disk_names_the_path_and_leaves_the_previous_step_intact(run_copy
 
 
 @pytest.mark.slow
-def test_a_jsonl_run_with_default_evaluation_finishes_and_counts_dropped_prompts(tmp_path):
+def test_a_jsonl_run_with_default_evaluation_finishes_and_counts_dropped_and_bad_prompts(tmp_path):
     from greso_jax.data.arith import make_arith_pools
 
     train, _ = make_arith_pools(12, 0, 1)
     path = tmp_path / "good.jsonl"
     lines = [json.dumps({"question": r.question, "answer": r.ground_truth}) for r in train]
     lines.insert(3, json.dumps({"question": "1+1=" * 250_000, "answer": "2"}))  # a 1 MB prompt
+    lines.insert(5, '{"question": "no answer"')  # a malformed row, skipped and counted
     path.write_text("\n".join(lines) + "\n")
     result = _train(tmp_path / "run", "--config.train.num_steps=2", "--config.data.source=jsonl",
-                    f"--config.data.path={path}")
+                    f"--config.data.path={path}", "--config.data.skip_bad_rows=True")
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["accuracy_before"] is None and summary["accuracy_after"] is None
     assert result.stdout.count("dropping prompts longer than data.max_prompt_length") == 1
-    assert read_metrics(str(tmp_path / "run"))[-1]["data/dropped_too_long"] >= 1
+    last = read_metrics(str(tmp_path / "run"))[-1]
+    assert last["data/dropped_too_long"] >= 1 and last["data/bad_rows"] == 1
     assert (tmp_path / "run" / "plots").is_dir()
 
 
