@@ -320,8 +320,6 @@ def main():
         print(f"long tail: budgets median {np.median(budgets):.0f}, mean {budgets.mean():.1f}, "
               f"{(budgets == args.new_tokens).mean():.0%} at {args.new_tokens}; "
               f"{tail['useful_tokens']} useful of {tokens} slots")
-        print(f"{'greso_jax':<24}{'no-EOS s':>10}{'tokens/s':>10}{'long-tail s':>12}{'useful tok/s':>14}"
-              f"{'ratio':>7}")
         print(f"{'greso_jax':<32}{'no-EOS s':>10}{'tokens/s':>10}{'long-tail s':>12}{'useful tok/s':>14}"
               f"{'ratio':>7}{'compile s':>11}{'rows changed':>14}")
         for (compact, shrink), tail_s in tail["seconds"].items():
