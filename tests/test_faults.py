@@ -5,7 +5,6 @@ user errors both CLIs must report in one line with exit status 2."""
 import json
 import os
 import re
-import resource
 import shutil
 import signal
 import subprocess
@@ -32,6 +31,18 @@ ENV = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
 def _cli(module, *args, timeout=300, **kwargs):
     return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=timeout,
                           env=ENV, cwd=ROOT, **kwargs)
+
+
+# Sets RLIMIT_FSIZE, then execs the CLI: writing past the limit fails with EFBIG, like a full disk. A
+# launcher instead of preexec_fn, so that no Python runs in a forked child of this multithreaded process.
+_FILE_LIMIT_LAUNCHER = ("import os, resource, sys; limit = int(sys.argv[1]); "
+                        "resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)); "
+                        "os.execv(sys.executable, [sys.executable, '-m', *sys.argv[2:]])")
+
+
+def _cli_with_file_limit(limit, module, *args, timeout=300):
+    return subprocess.run([sys.executable, "-c", _FILE_LIMIT_LAUNCHER, str(limit), module, *args],
+                          capture_output=True, text=True, timeout=timeout, env=ENV, cwd=ROOT)
 
 
 def _train(workdir, *overrides, **kwargs):
@@ -222,11 +233,8 @@ def test_no_intact_step_is_a_one_line_error_naming_step_and_file(run_copy):
 @pytest.mark.slow
 def test_a_full_disk_names_the_path_and_leaves_the_previous_step_intact(run_copy):
     limit = os.path.getsize(_largest_file(checkpoint_dir(str(run_copy)) + "/2")) // 2
-
-    def small_files():  # RLIMIT_FSIZE: writing past `limit` bytes fails with EFBIG, like a full disk
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-
-    result = _train(run_copy, "--config.train.num_steps=5", preexec_fn=small_files)
+    result = _cli_with_file_limit(limit, "greso_jax.train", f"--config={CONFIG}", f"--workdir={run_copy}",
+                                  "--config.train.num_steps=5")
     line = _one_line_error(result, checkpoint_dir(str(run_copy)), "File too large")
     # Which save first crosses the limit depends on how the checkpoint's files fill up (step 3 or later):
     # the error names that step and the one before it, which must be the newest restorable step.
@@ -398,13 +406,9 @@ def test_export_skips_a_damaged_latest_step_and_refuses_a_damaged_chosen_one(run
 
 
 def test_export_on_a_full_disk_is_one_line_and_leaves_no_partial_folder(run_copy, tmp_path):
-    limit = 20_000  # far below the tiny model's weights
-
-    def small_files():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-
     out = tmp_path / "hf"
-    result = _cli("greso_jax.export", f"--workdir={run_copy}", f"--out={out}", preexec_fn=small_files)
+    # 20 kB: far below the tiny model's weights.
+    result = _cli_with_file_limit(20_000, "greso_jax.export", f"--workdir={run_copy}", f"--out={out}")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     line = result.stderr.strip().splitlines()[-1]
     assert line.startswith(f"export: writing {out} failed") and "File too large" in line, line
