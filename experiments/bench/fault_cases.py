@@ -23,7 +23,6 @@ import argparse
 import concurrent.futures
 import dataclasses
 import datetime
-import hashlib
 import json
 import os
 import re
@@ -37,6 +36,8 @@ import tempfile
 import textwrap
 import time
 from typing import Callable
+
+from greso_jax.files import sha256_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join(ROOT, "tests", "trainer_config.py")
@@ -148,14 +149,6 @@ def _flip_bytes(path: str, count: int = 4) -> None:
     _write(path, bytes(data))
 
 
-def _sha(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def verify_step(step_dir: str) -> str | None:
     """Independent of the package: None when every file of the step matches its manifest.json."""
     try:
@@ -166,7 +159,7 @@ def verify_step(step_dir: str) -> str | None:
         path = os.path.join(step_dir, rel)
         if not os.path.exists(path):
             return f"{rel} missing"
-        if os.path.getsize(path) != entry["size"] or _sha(path) != entry["sha256"]:
+        if os.path.getsize(path) != entry["size"] or sha256_of(path) != entry["sha256"]:
             return f"{rel} differs"
     return None
 
@@ -257,20 +250,16 @@ def _check_fallback_train(c: Ctx, r: Result) -> list[str]:
     return problems
 
 
-def _check_eval_fallback(c: Ctx, r: Result) -> list[str]:
-    out = r.stdout + r.stderr
-    problems = [] if "checkpoint step 2 is damaged" in out else ["damage not reported"]
-    if not re.search(r"evaluating workdir \S+ step 1\b", out):
-        problems.append("did not evaluate step 1")
-    return problems
+def _check_fell_back_to_step_1(done: str):
+    """A check that the damage to step 2 was reported and the CLI then `done` step 1 (a regex verb)."""
+    def check(c: Ctx, r: Result) -> list[str]:
+        out = r.stdout + r.stderr
+        problems = [] if "checkpoint step 2 is damaged" in out else ["damage not reported"]
+        if not re.search(rf"{done} \S+ step 1\b", out):
+            problems.append(f"did not fall back to step 1 (no '{done} ... step 1')")
+        return problems
 
-
-def _check_export_fallback(c: Ctx, r: Result) -> list[str]:
-    out = r.stdout + r.stderr
-    problems = [] if "checkpoint step 2 is damaged" in out else ["damage not reported"]
-    if not re.search(r"exported \S+ step 1\b", out):
-        problems.append("did not export step 1 (the newest intact step)")
-    return problems
+    return check
 
 
 def _check_jsonl_run(c: Ctx, r: Result) -> list[str]:
@@ -603,10 +592,10 @@ def cases() -> list[Case]:
              check=_check_fallback_train),
         Case(ckpt, "evaluate: flipped bytes in step 2 -> evaluates step 1", E,
              lambda c: [f"--checkpoint={c.run}", *EVAL_FAST], copy_run=True, setup=_damage_latest("flip"),
-             protect=_everything, expect="ok", check=_check_eval_fallback),
+             protect=_everything, expect="ok", check=_check_fell_back_to_step_1("evaluating workdir")),
         Case(ckpt, "export: a file of step 2 deleted -> exports step 1", X,
              lambda c: [f"--workdir={c.run}", f"--out={c.dir}/out"], copy_run=True, setup=_damage_latest("delete"),
-             protect=_everything, expect="ok", check=_check_export_fallback),
+             protect=_everything, expect="ok", check=_check_fell_back_to_step_1("exported")),
         Case(ckpt, "train: no intact step -> one line naming step and file", T, _train("--config.train.num_steps=3"),
              copy_run=True, setup=_damage_all, protect=_everything,
              needles=["no intact checkpoint", "step 2: 2/train_state/", "step 1: 1/train_state/"]),
@@ -711,7 +700,7 @@ def _last_line(stderr: str) -> str:
 
 
 def _hashes(paths: list[str]) -> dict[str, str | None]:
-    return {p: (_sha(p) if os.path.exists(p) else None) for p in paths}
+    return {p: (sha256_of(p) if os.path.exists(p) else None) for p in paths}
 
 
 @dataclasses.dataclass
