@@ -2,6 +2,7 @@
 gets its own config section and runs a trainer step; the registries enumerate what is registered."""
 
 import dataclasses
+import pathlib
 
 import numpy as np
 import pytest
@@ -77,3 +78,25 @@ def test_unregistered_names_and_simulation_only_strategies_are_refused():
     config.selection.strategy = "oracle"
     with pytest.raises(ConfigError, match="simulation-only"):
         configs.validate(config)
+
+
+@pytest.mark.slow  # a trainer build and three steps (~20 s)
+def test_the_readme_example_strategy_runs(tmp_path):
+    """README's "Adding a strategy" example, taken from the README as written: it registers,
+    gets its config section and runs trainer steps, so the example cannot silently rot."""
+    readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
+    start = readme.index("# greso_jax/selection/skip_solved.py")
+    source = readme[start:readme.index("```", start)]
+    namespace = {"__name__": "skip_solved_example"}
+    try:
+        exec(compile(source, "README.md", "exec"), namespace)
+        config = trainer_config.get_config("skip_solved")
+        config.selection.skip_solved.keep = 0.2
+        trainer = Trainer(config, str(tmp_path), log=lambda *a: None)
+        for step in (1, 2, 3):
+            metrics = trainer.train_step(step)
+            assert metrics["selection/passes"] >= 1
+        assert isinstance(trainer.selector, namespace["SkipSolvedSelector"])
+    finally:
+        if "skip_solved" in STRATEGIES:
+            STRATEGIES.unregister("skip_solved")
