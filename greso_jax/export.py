@@ -133,6 +133,11 @@ def _generation_config(config, tokenizer) -> dict:
 def export(workdir: str, out: str, *, step: int | None = None, dtype: str | None = None, log=print) -> str:
     """Writes the policy of `workdir` at `step` (default: the newest intact step) to the folder `out`;
     returns it. A failed write (a full disk) removes what it wrote: `out` was new or empty."""
+    return _export(workdir, out, step=step, dtype=dtype, log=log)[0]
+
+
+def _export(workdir: str, out: str, *, step: int | None, dtype: str | None, log) -> tuple[str, int]:
+    """`export`, also returning the step it exported (checking a step's files costs a pass over them)."""
     from greso_jax.policy import build_tokenizer
 
     workdir, out = os.path.abspath(workdir), os.path.abspath(out)
@@ -157,7 +162,7 @@ def export(workdir: str, out: str, *, step: int | None = None, dtype: str | None
         else:
             shutil.rmtree(out, ignore_errors=True)
         raise
-    return out
+    return out, step
 
 
 def _write_folder(model, tokenizer, config, out: str, dtype: str | None) -> None:
@@ -188,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
                                                       "(default: the run's model.param_dtype)")
     args = parser.parse_args(argv)
     try:
-        out = export(args.workdir, args.out, step=args.step, dtype=args.dtype)
+        out, step = _export(args.workdir, args.out, step=args.step, dtype=args.dtype, log=print)
     except (ExportError, FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError) as e:
         print(f"export: {e}", file=sys.stderr)
         return 2
@@ -197,7 +202,6 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"export: writing {os.path.abspath(args.out)} failed ({e}); nothing was kept there", file=sys.stderr)
         return 2
-    step = checkpoint_step(os.path.abspath(args.workdir), args.step, log=lambda *a: None)
     print(f"exported {args.workdir} step {step} to {out}")
     return 0
 
