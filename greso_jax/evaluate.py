@@ -25,6 +25,7 @@ from greso_jax.benchmark_scoring import EVAL_SEED_OFFSET as TRAINER_EVAL_SEED_OF
 from greso_jax.benchmark_scoring import sample_and_grade, summarize
 from greso_jax.checkpoint import CHECKPOINTS_FOLDER, CheckpointError, choose_restore_step, read_step_meta, step_damage
 from greso_jax.paper_setups import PAPER_BENCHMARKS
+from greso_jax.run_dir import with_todays_defaults
 
 
 class EvaluateError(ValueError):
@@ -91,35 +92,19 @@ def run_config(source: CheckpointSource, config: ml_collections.ConfigDict | Non
     if config is not None:
         config = copy.deepcopy(config)
     elif saved is not None:  # a resume may have changed config.json since (checkpoint.allow_changes)
-        config = _with_todays_defaults(saved)
+        config = ml_collections.ConfigDict(with_todays_defaults(saved))
     elif source.kind == "workdir":
         config_path = os.path.join(source.path, "config.json")
         if not os.path.exists(config_path):
             raise EvaluateError(f"--checkpoint: {config_path} is missing; pass the run's experiment file with --config")
         with open(config_path) as f:
-            config = _with_todays_defaults(json.load(f))
+            config = ml_collections.ConfigDict(with_todays_defaults(json.load(f)))
     else:
         config = _hf_folder_defaults()
     if source.kind == "hf":
         config.model.path = source.path
         config.model.tokenizer = "hf"
     return config
-
-
-def _with_todays_defaults(saved: dict) -> ml_collections.ConfigDict:
-    """A run's saved config, with the fields added since it was written at today's defaults (a
-    field that is new cannot have been used by the run, so its default is what the run did)."""
-    merged = json.loads(configs.get_config().to_json_best_effort())
-
-    def fill(into: dict, values: dict) -> None:
-        for key, value in values.items():
-            if isinstance(value, dict) and isinstance(into.get(key), dict):
-                fill(into[key], value)
-            else:
-                into[key] = value
-
-    fill(merged, saved)
-    return ml_collections.ConfigDict(merged)
 
 
 def _validate_for_evaluation(config: ml_collections.ConfigDict) -> None:

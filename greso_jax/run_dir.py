@@ -135,16 +135,32 @@ def _may_change(field: str) -> bool:
     return any(field == m or (m.endswith(".") and field.startswith(m)) for m in MAY_CHANGE)
 
 
+def with_todays_defaults(saved: dict) -> dict:
+    """A run's saved config (a plain dict) with the fields added to the code since it was written at
+    today's defaults: a field that did not exist cannot have been used, so its default is what the
+    run did."""
+    merged = json.loads(get_config().to_json_best_effort())
+
+    def fill(into: dict, values: dict) -> None:
+        for key, value in values.items():
+            if isinstance(value, dict) and isinstance(into.get(key), dict):
+                fill(into[key], value)
+            else:
+                into[key] = value
+
+    fill(merged, saved)
+    return merged
+
+
 def config_changes(saved: dict, config) -> dict[str, tuple[Any, Any]]:
     """{field: (saved value, new value)} for every field that differs. A field the saved config
     lacks (added to the code later) counts as changed only when it differs from its default."""
     active = _resolved(config.selection.strategy)
     current = _meaningful(_flatten(json.loads(config.to_json_best_effort())), active)
-    old = _meaningful(_flatten(saved), active)
-    defaults = _flatten(json.loads(get_config().to_json_best_effort()))
+    old = _meaningful(_flatten(with_todays_defaults(saved)), active)
     changes = {}
     for field, value in current.items():
-        before = old.get(field, defaults.get(field))
+        before = old.get(field)
         if before != value:
             changes[field] = (before, value)
     return changes
