@@ -112,6 +112,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.train.warmstart_validation_rows = 256  # the first training rows, left out of the supervised data
     c.train.warmstart_validation_samples = 2  # responses per validation row, temperature 1
     c.train.warmstart_cache_dir = ""  # "" = workdir/warmstart; a shared folder reuses a warm start across runs
+    c.train.warmstart_levels = ()  # arithmetic levels whose solutions it sees (its band checks these); (): every level
     c.train.quiet = False
     c.train.host_check_every_steps = 10  # multi-host: compare selector-state digests across hosts
 
@@ -176,16 +177,6 @@ def _dataset_name(value) -> str | None:
     return None if value in ("", *catalog.TRAINING_SETS) else f"must be '' or one of {', '.join(catalog.TRAINING_SETS)}"
 
 
-def _check_level_weights(weights) -> str | None:
-    if not weights:
-        return None
-    if len(weights) != len(arith.LEVELS):
-        return f"need one weight per level ({len(arith.LEVELS)} levels) or none"
-    if any(not isinstance(w, (int, float)) or isinstance(w, bool) or w < 0 for w in weights) or sum(weights) <= 0:
-        return "weights must be non-negative numbers with a positive sum"
-    return None
-
-
 FIELD_SPECS: dict[str, Spec] = {
     "seed": Spec(INT, 0),
     "model.preset": Spec(STR),
@@ -203,7 +194,7 @@ FIELD_SPECS: dict[str, Spec] = {
     "data.arith_num_train": Spec(INT, 1),
     "data.arith_num_heldout": Spec(INT, 0),
     "data.arith_seed": Spec(INT, 0),
-    "data.arith_level_weights": Spec(SEQ, check=_check_level_weights),
+    "data.arith_level_weights": Spec(SEQ, check=arith.check_level_weights),
     "data.reward_shaping": Spec(STR, choices=REWARD_SHAPINGS),
     "data.grading_timeout_s": Spec(FLOAT, 0, 60, low_open=True),
     "data.grading_workers": Spec(INT, 0),
@@ -249,6 +240,7 @@ FIELD_SPECS: dict[str, Spec] = {
     "train.warmstart_validation_rows": Spec(INT, 1),
     "train.warmstart_validation_samples": Spec(INT, 1),
     "train.warmstart_cache_dir": Spec(STR),
+    "train.warmstart_levels": Spec(SEQ, check=arith.check_levels),
     "train.quiet": Spec(BOOL),
     "train.host_check_every_steps": Spec(INT, 0),
     "mesh.data": Spec(INT, check=_mesh_axis),
@@ -308,6 +300,13 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         raise ConfigError(f"rl.micro_batch_size: {rl.micro_batch_size} must divide the responses of a "
                           f"mini-batch ({rl.mini_batch_size} x {rl.group_size})")
     _validate_warmstart_band(train, data)
+    if train.warmstart_levels and data.source != "arith":
+        raise ConfigError(f"train.warmstart_levels: only arithmetic prompts have levels; data.source is "
+                          f"{data.source!r}")
+    if train.warmstart_levels and data.arith_level_weights and not any(
+            data.arith_level_weights[v] > 0 for v in train.warmstart_levels):
+        raise ConfigError(f"train.warmstart_levels: none of {tuple(train.warmstart_levels)} has a positive "
+                          f"weight in data.arith_level_weights, so the warm start would have no examples")
     if data.source in ("parquet", "jsonl") and data.dataset:
         _check_dataset(data)
     elif data.source in ("parquet", "jsonl"):

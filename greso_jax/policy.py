@@ -64,14 +64,19 @@ def build_policy(config, tokenizer, train_rows, workdir: str, mesh, log=print, r
         # The band's validation rows are the first training rows, left out of the supervised data so
         # that the check measures generalisation as the held-out evaluation does, without reading it.
         split = t.warmstart_validation_rows if band else 0
+        # A level left out (train.warmstart_levels) is one the policy has never been taught, as a
+        # pretrained model has problems beyond it: RL meets it at a success rate of about zero.
+        levels = set(t.warmstart_levels) or {row.difficulty for row in train_rows}
+        validation = [row for row in train_rows[:split] if row.difficulty in levels]
+        supervised = [row for row in train_rows[split:] if row.difficulty in levels]
         pairs = [(tokenizer.encode(format_prompt(row, config.data.prompt_template, tokenizer)),
-                  tokenizer.encode(arith.solution_text(row))) for row in train_rows[split:]]
+                  tokenizer.encode(arith.solution_text(row))) for row in supervised]
         width = max(len(p) + len(s) + 1 for p, s in pairs)
         model, record = cached_warmstart(
             model, pairs, cache_dir=t.warmstart_cache_dir or os.path.join(workdir, "warmstart"),
             eos_id=tokenizer.eos_ids[0], pad_id=tokenizer.pad_id, width=width, steps=t.warmstart_steps,
             batch_size=t.warmstart_batch_size, learning_rate=t.warmstart_learning_rate, seed=config.seed,
-            band=accuracy_band(config, tokenizer, train_rows[:split]) if band else None, log=log,
+            band=accuracy_band(config, tokenizer, validation) if band else None, log=log,
             write_cache=jax.process_index() == 0)
         if band and report is not None:
             report.update({"warmstart/steps": record["steps"], "warmstart/accuracy": record["accuracy"]})

@@ -51,6 +51,9 @@ BAD_CASES = [
     ("train.warmstart_validation_rows", 0),
     ("train.warmstart_validation_samples", 0),
     ("train.warmstart_cache_dir", None),
+    ("train.warmstart_levels", (0, 9)),
+    ("train.warmstart_levels", (1, 1)),
+    ("train.warmstart_levels", ("0",)),
 ]
 
 
@@ -82,6 +85,9 @@ def test_cross_field_checks_name_the_field(tmp_path):
         ({"train.warmstart_steps": 40, "train.warmstart_accuracy_low": 0.3}, "train.warmstart_check_every"),
         ({"train.warmstart_steps": 100, "train.warmstart_accuracy_low": 0.3, "data.arith_num_train": 256},
          "train.warmstart_validation_rows"),
+        ({"train.warmstart_levels": (0,), "data.source": "jsonl", "data.path": __file__}, "train.warmstart_levels"),
+        ({"train.warmstart_levels": (6, 7), "data.arith_level_weights": (1, 1, 1, 1, 1, 1, 0, 0)},
+         "train.warmstart_levels"),  # no examples left to teach
     ]
     for overrides, field in cases:
         config = get_config()

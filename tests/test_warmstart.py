@@ -10,6 +10,7 @@ import trainer_config
 from flax import nnx
 
 from greso_jax import policy
+from greso_jax.data.arith import solution_text as arith_solution
 from greso_jax.data.sources import load_source
 from greso_jax.models import PRESETS, init_model
 from greso_jax.parallel import make_mesh
@@ -129,6 +130,29 @@ def test_build_policy_samples_the_first_training_rows_and_reports_where_it_stopp
     build_policy(c, build_tokenizer(c), rows, str(tmp_path / "run2"), make_mesh(1, 1, 1), log=lambda *a: None,
                  report=report)
     assert report == {"warmstart/steps": 10, "warmstart/accuracy": 0.5} and len(graded) == 2
+
+
+def test_warmstart_levels_teach_and_check_only_those_levels(tmp_path, monkeypatch):
+    c, rows = _arith_config(warmstart_levels=(0, 1), warmstart_accuracy_low=0.3, warmstart_accuracy_high=0.6,
+                            warmstart_check_every=10)
+    graded, taught = [], []
+
+    def sample_and_grade(model, tokenizer, validation, **kwargs):
+        graded.append(list(validation))
+        return np.arange(len(validation))[:, None] % 2 == 0  # about half right: inside the band
+
+    def spy(model, pairs, **kwargs):
+        taught.append(pairs)
+        return cached_warmstart(model, pairs, **kwargs)
+
+    monkeypatch.setattr(policy, "sample_and_grade", sample_and_grade)
+    monkeypatch.setattr(policy, "cached_warmstart", spy)
+    tokenizer = build_tokenizer(c)
+    build_policy(c, tokenizer, rows, str(tmp_path), make_mesh(1, 1, 1), log=lambda *a: None)
+    assert graded == [[row for row in rows[:8] if row.difficulty in (0, 1)]] and graded[0]
+    expected = [row for row in rows[8:] if row.difficulty in (0, 1)]
+    assert 0 < len(expected) < len(rows) - 8  # the pool has other levels, left out
+    assert [tokenizer.decode(target) for _, target in taught[0]] == [arith_solution(row) for row in expected]
 
 
 @pytest.mark.slow  # real sampled checks on a training warm start

@@ -1,8 +1,12 @@
-"""Per-level outcome profile of a warm-started arithmetic policy: for each level, the share of
-training prompts whose G sampled responses are all correct, all wrong or mixed.
+"""Per-level outcome profile of a warm-started arithmetic policy: for each level, the chance that
+a group of G responses is all correct, all wrong or mixed, and how likely an all-correct (all-wrong)
+group is to repeat at the prompt's next rollout under the same policy.
 
 It is what a task's level mix is chosen from (experiments/arith_headline.py): a group's outcome
-depends on the level, so the mix sets the zero-variance share RL meets.
+depends on the level, so the mix sets the zero-variance share RL meets and its consistency.
+Each prompt gets --samples responses (n >= 2G); from its k correct ones, C(k, G) / C(n, G) is an
+unbiased estimate of p^G, and C(k, 2G) / C(n, 2G) of p^2G (two groups in a row all correct), so
+the repeat chance E[p^2G] / E[p^G] carries no small-sample bias.
 
   python experiments/bench/level_profile.py --config experiments/arith_tiny.py:vanilla --workdir /tmp/prof
 """
@@ -10,6 +14,7 @@ depends on the level, so the mix sets the zero-variance share RL meets.
 from __future__ import annotations
 
 import collections
+import math
 import os
 import sys
 
@@ -29,6 +34,27 @@ from greso_jax.rewards.pool import GradingPool
 _CONFIG = config_flags.DEFINE_config_file("config", None, "experiment config (its warm start is used)")
 _WORKDIR = flags.DEFINE_string("workdir", None, "where the warm start is cached")
 _PER_LEVEL = flags.DEFINE_integer("per_level", 64, "training prompts sampled per level")
+_SAMPLES = flags.DEFINE_integer("samples", 32, "responses per prompt (at least twice the group size)")
+
+
+def power_estimates(hits: np.ndarray, samples: int, power: int) -> np.ndarray:
+    """Unbiased per-prompt estimates of p^power from `hits` successes in `samples` draws [P]."""
+    return np.array([math.comb(int(k), power) / math.comb(samples, power) for k in hits])
+
+
+def level_outcomes(correct_pn: np.ndarray, group_size: int) -> dict[str, float]:
+    """The chances that a group of `group_size` is all correct / all wrong / mixed, and that an
+    all-correct (all-wrong) group is followed by another, averaged over prompts [P, n]."""
+    n = correct_pn.shape[1]
+    if n < 2 * group_size:
+        raise ValueError(f"--samples: need at least 2 x group size = {2 * group_size}, got {n}")
+    hits = correct_pn.sum(axis=1)
+    right_g, right_2g = (power_estimates(hits, n, k).mean() for k in (group_size, 2 * group_size))
+    wrong_g, wrong_2g = (power_estimates(n - hits, n, k).mean() for k in (group_size, 2 * group_size))
+    return {"accuracy": correct_pn.mean(), "all_correct": right_g, "all_wrong": wrong_g,
+            "mixed": 1.0 - right_g - wrong_g,
+            "repeat_correct": right_2g / right_g if right_g else float("nan"),
+            "repeat_wrong": wrong_2g / wrong_g if wrong_g else float("nan")}
 
 
 def main(argv):
@@ -45,18 +71,19 @@ def main(argv):
     pool = GradingPool(num_workers=1, timeout_s=c.data.grading_timeout_s, shaping=c.data.reward_shaping)
     G = c.rl.group_size
     print(f"{'level':>5} {'shape':>9} {'prompts':>7} {'accuracy':>8} {'all_correct':>11} {'all_wrong':>9} "
-          f"{'mixed':>6}")
+          f"{'mixed':>6} {'repeat_correct':>14} {'repeat_wrong':>12}")
     try:
         for level in sorted(by_level):
             rows = by_level[level]
-            correct = sample_and_grade(model, tokenizer, rows, template=c.data.prompt_template, num_samples=G,
-                                       temperature=c.sampling.temperature, top_p=c.sampling.top_p,
-                                       max_new_tokens=c.sampling.max_new_tokens, seed=c.seed + 17, pool=pool,
-                                       max_prompt_length=c.data.max_prompt_length,
+            correct = sample_and_grade(model, tokenizer, rows, template=c.data.prompt_template,
+                                       num_samples=_SAMPLES.value, temperature=c.sampling.temperature,
+                                       top_p=c.sampling.top_p, max_new_tokens=c.sampling.max_new_tokens,
+                                       seed=c.seed + 17, pool=pool, max_prompt_length=c.data.max_prompt_length,
                                        prompt_buckets=tuple(c.sampling.prompt_length_buckets))
-            hits = correct.sum(axis=1)
-            print(f"{level:>5} {arith.LEVELS[level].pattern:>9} {len(rows):>7} {correct.mean():>8.3f} "
-                  f"{np.mean(hits == G):>11.3f} {np.mean(hits == 0):>9.3f} {np.mean((hits > 0) & (hits < G)):>6.3f}")
+            o = level_outcomes(correct, G)
+            print(f"{level:>5} {arith.LEVELS[level].pattern:>9} {len(rows):>7} {o['accuracy']:>8.3f} "
+                  f"{o['all_correct']:>11.3f} {o['all_wrong']:>9.3f} {o['mixed']:>6.3f} "
+                  f"{o['repeat_correct']:>14.3f} {o['repeat_wrong']:>12.3f}")
     finally:
         pool.close()
     sys.stdout.flush()

@@ -51,6 +51,26 @@ LEVELS: dict[int, Level] = {
 DEFAULT_LEVEL_WEIGHTS: dict[int, float] = {0: 0.3, 1: 0.2, 2: 0.05, 3: 0.1, 4: 0.05, 5: 0.15, 6: 0.05, 7: 0.1}
 
 
+def check_levels(levels) -> str | None:
+    """Why `levels` (a config's level list) is invalid, or None."""
+    if any(not isinstance(v, int) or isinstance(v, bool) or v not in LEVELS for v in levels):
+        return f"levels must be among {sorted(LEVELS)}, got {tuple(levels)}"
+    if len(set(levels)) != len(levels):
+        return f"levels must be distinct, got {tuple(levels)}"
+    return None
+
+
+def check_level_weights(weights) -> str | None:
+    """Why `weights` (data.arith_level_weights) is invalid, or None."""
+    if not weights:
+        return None
+    if len(weights) != len(LEVELS):
+        return f"need one weight per level ({len(LEVELS)} levels) or none"
+    if any(not isinstance(w, (int, float)) or isinstance(w, bool) or w < 0 for w in weights) or sum(weights) <= 0:
+        return "weights must be non-negative numbers with a positive sum"
+    return None
+
+
 def level_weights(weights_by_level) -> dict[int, float] | None:
     """data.arith_level_weights (one weight per level, in level order; empty: the default mix) as
     {level: weight} for `make_arith_pools`."""
