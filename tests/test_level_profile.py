@@ -1,0 +1,38 @@
+"""The level profile's estimates (experiments/bench/level_profile.py): unbiased zero-variance and repeat chances."""
+
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture(scope="module")
+def profile():
+    path = os.path.join(os.path.dirname(__file__), "..", "experiments", "bench", "level_profile.py")
+    spec = importlib.util.spec_from_file_location("level_profile", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_estimates_match_the_true_chances_of_known_success_rates(profile):
+    rng = np.random.default_rng(0)
+    p = np.repeat([0.97, 0.5, 0.03, 0.0], 2000)  # per prompt
+    correct = rng.random((p.size, 32)) < p[:, None]
+    o = profile.level_outcomes(correct, group_size=8)
+    right, wrong = p ** 8, (1 - p) ** 8
+    assert o["all_correct"] == pytest.approx(right.mean(), abs=0.01)
+    assert o["all_wrong"] == pytest.approx(wrong.mean(), abs=0.01)
+    assert o["mixed"] == pytest.approx(1 - right.mean() - wrong.mean(), abs=0.01)
+    # Plugging the observed rate in would overstate repeats; the estimate of p^16 does not.
+    assert o["repeat_correct"] == pytest.approx((p ** 16).mean() / right.mean(), abs=0.02)
+    assert o["repeat_wrong"] == pytest.approx(((1 - p) ** 16).mean() / wrong.mean(), abs=0.02)
+
+
+def test_certain_outcomes_and_too_few_samples(profile):
+    o = profile.level_outcomes(np.ones((5, 16), bool), group_size=8)
+    assert (o["all_correct"], o["all_wrong"], o["repeat_correct"]) == (1.0, 0.0, 1.0)
+    assert np.isnan(o["repeat_wrong"])
+    with pytest.raises(ValueError, match="--samples: need at least 2 x group size = 16, got 12"):
+        profile.level_outcomes(np.ones((5, 12), bool), group_size=8)
