@@ -83,6 +83,7 @@ def test_the_comparison_needs_the_baseline_and_variants_map_to_runs(tmp_path):
     assert config == "/x/c.py:dynamic_sampling"
     assert overrides == ["--config.seed=2", "--config.selection.dynamic_sampling.pass_sizing=fixed",
                          "--config.eval.skip_audit_fraction=0.1", "--config.train.num_steps=5"]
+    assert compare_strategies.run_arguments("/x/c.py:consistent", "greso", 0, [])[0] == "/x/c.py:greso,consistent"
     for strategy in ("greso", "posterior", "mopps"):
         _, overrides = compare_strategies.run_arguments("/x/c.py", strategy, 0, [])
         assert "--config.eval.skip_audit_fraction=0.1" in overrides

@@ -165,3 +165,13 @@ def test_abstract_models_shard_over_fsdp8():
         params = int(total) / 4  # f32 parameters
         assert abs(params - expected[preset]) / expected[preset] < 0.02, (preset, params)
         assert int(sharded) > 0 and int(per_device) <= int(total) / 8 * 1.01
+
+
+def test_the_headline_task_and_its_consistent_mix_validate_for_every_strategy():
+    headline = load_experiment("arith_headline.py")
+    for name in training_strategies():
+        plain, consistent = headline.get_config(name), headline.get_config(f"{name},consistent")
+        validate(plain), validate(consistent)
+        assert plain.selection.strategy == consistent.selection.strategy == name
+        assert plain.train.warmstart_levels == () and consistent.train.warmstart_levels == (0, 1, 2, 3, 5)
+        assert consistent.data.arith_level_weights != plain.data.arith_level_weights

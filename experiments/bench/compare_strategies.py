@@ -71,13 +71,15 @@ def strategy_of(variant: str) -> str:
 
 
 def run_arguments(config_file: str, variant: str, seed: int, overrides: Sequence[str]) -> tuple[str, list[str]]:
-    """The config argument and the overrides of one run: the config file's variant is the strategy;
-    ds_fixed is Dynamic Sampling with fixed passes; every run audits a share of its pre-rollout skips."""
+    """The config argument and the overrides of one run: the config file's variant is the strategy,
+    followed by any options `config_file` names (`FILE:consistent`); ds_fixed is Dynamic Sampling
+    with fixed passes; every run audits a share of its pre-rollout skips."""
     extra = [f"--config.seed={seed}"]
     if variant == BASELINE:
         extra.append("--config.selection.dynamic_sampling.pass_sizing=fixed")
     extra.append(f"--config.eval.skip_audit_fraction={AUDIT_FRACTION}")  # a strategy that never skips audits nothing
-    return f"{config_file}:{strategy_of(variant)}", extra + list(overrides)
+    file, _, options = config_file.partition(":")
+    return f"{file}:{','.join([strategy_of(variant), *filter(None, options.split(','))])}", extra + list(overrides)
 
 
 def run_all(config_file: str, variants: Sequence[str], seeds: Sequence[int], root: str,
