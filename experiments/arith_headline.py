@@ -27,6 +27,8 @@ accuracy 0.670; held-out 0.481 at step 0):
   zero-variance groups, steps 40-100: 78%                                            goal 60-80%: met
   P(zero variance again | zero variance now): easy 0.80, hard 0.91, pooled 0.85      goal >= 0.85: met pooled
   held-out accuracy 0.481 -> 0.451 (vanilla), 0.481 -> 0.500 under ds_fixed         goal +8 under DS: not met
+Over three seeds (warm starts stopped at 2,600 / 1,500 / 1,800 steps) vanilla's pooled consistency
+was 0.85 / 0.80 / 0.80 and ds_fixed gained +1.9 / +6.0 / +4.0 points.
 On a model this small the two goals pull apart: an easy prompt is consistent only once mastered,
 and what is mastered, or never taught, is no longer learnt. Choosing it:
 experiments/results/2026-11-30-headline-regime.md.
