@@ -75,6 +75,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.sampling.row_buckets = DEFAULT_ROW_BUCKETS  # 8, 16, 24, 32, 48, ...: a call pads by < half its rows
     c.sampling.min_compact_rows = 0  # >0: decode moves the live rows into R/2, R/4, ... rows, down to this many
     c.sampling.compact_shrink = 0.5  # each compaction segment's rows over the one before's
+    c.sampling.live_prompts = 0  # >0: continuous batching, this many prompts' groups in flight (refill)
 
     c.rl = ml_collections.ConfigDict()
     c.rl.group_size = 8
@@ -209,6 +210,7 @@ FIELD_SPECS: dict[str, Spec] = {
     "sampling.row_buckets": Spec(SEQ, check=_positive_ints),
     "sampling.min_compact_rows": Spec(INT, 0),
     "sampling.compact_shrink": Spec(FLOAT, 0, 1, low_open=True, check=lambda v: "must be < 1" if v >= 1 else None),
+    "sampling.live_prompts": Spec(INT, 0),
     "rl.group_size": GROUP_SIZE_SPEC,
     "rl.advantage": Spec(STR, choices=ADVANTAGE_ESTIMATORS),
     "rl.loss_aggregation": Spec(STR, choices=LOSS_AGGREGATIONS),
@@ -293,6 +295,9 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     _validate_selection(config.selection, config.rl.group_size, config.seed)
 
     rl, train, data = config.rl, config.train, config.data
+    if config.sampling.live_prompts and config.sampling.min_compact_rows:
+        raise ConfigError("sampling.live_prompts: refill does not combine with compaction; set it or "
+                          "sampling.min_compact_rows to 0")
     if train.train_batch_size % rl.mini_batch_size:
         raise ConfigError(f"rl.mini_batch_size: {rl.mini_batch_size} must divide "
                           f"train.train_batch_size {train.train_batch_size}")

@@ -232,7 +232,8 @@ def evaluate(checkpoint: str, *, config=None, benchmarks: Sequence[str] | None =
                 prompt_buckets=tuple(config.sampling.prompt_length_buckets),
                 row_buckets=tuple(config.sampling.row_buckets),
                 min_compact_rows=int(config.sampling.min_compact_rows),
-                compact_shrink=float(config.sampling.compact_shrink), batch_prompts=batch_prompts,
+                compact_shrink=float(config.sampling.compact_shrink),
+                live_prompts=int(config.sampling.live_prompts), batch_prompts=batch_prompts,
                 mesh=mesh)
             metrics = benchmark_metrics(correct, settings.pass_k)
             metrics["prompts_too_long"] = sum(

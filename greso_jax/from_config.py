@@ -50,7 +50,8 @@ def sampling_kwargs(config) -> dict:
     return {"max_new_tokens": int(s.max_new_tokens), "temperature": float(s.temperature), "top_p": float(s.top_p),
             "top_k": int(s.top_k), "prompt_buckets": tuple(s.prompt_length_buckets),
             "row_buckets": tuple(s.row_buckets), "max_rows_per_call": int(s.max_rows_per_call),
-            "min_compact_rows": int(s.min_compact_rows), "compact_shrink": float(s.compact_shrink)}
+            "min_compact_rows": int(s.min_compact_rows), "compact_shrink": float(s.compact_shrink),
+            "live_prompts": int(s.live_prompts)}
 
 
 def selector_from_config(config, num_prompts: int, prompt_levels=None) -> selection.Selector:

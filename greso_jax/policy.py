@@ -100,7 +100,8 @@ def accuracy_band(config, tokenizer, rows) -> AccuracyBand:
                 temperature=settings["temperature"], top_p=1.0, max_new_tokens=s.max_new_tokens,
                 seed=settings["seed"], pool=pool, max_prompt_length=d.max_prompt_length,
                 prompt_buckets=tuple(s.prompt_length_buckets), row_buckets=tuple(s.row_buckets),
-                min_compact_rows=int(s.min_compact_rows), compact_shrink=float(s.compact_shrink))
+                min_compact_rows=int(s.min_compact_rows), compact_shrink=float(s.compact_shrink),
+                live_prompts=int(s.live_prompts))
         return float(correct.mean())
 
     return AccuracyBand(low=t.warmstart_accuracy_low, high=t.warmstart_accuracy_high,

@@ -181,7 +181,7 @@ class Trainer:
                 max_new_tokens=c.eval.max_new_tokens or g["max_new_tokens"], seed=c.seed + EVAL_SEED_OFFSET,
                 pool=self.pool, max_prompt_length=c.data.max_prompt_length, prompt_buckets=g["prompt_buckets"],
                 row_buckets=g["row_buckets"], min_compact_rows=g["min_compact_rows"],
-                compact_shrink=g["compact_shrink"], mesh=self.mesh)
+                compact_shrink=g["compact_shrink"], live_prompts=g["live_prompts"], mesh=self.mesh)
             summary = summarize(correct)
             out.update({f"eval/{name}/{k}": v for k, v in summary.items()})
             means.append(summary[f"avg@{c.eval.num_samples}"])

@@ -38,6 +38,7 @@ BAD_CASES = [
     ("sampling.top_p", 0.0),
     ("sampling.temperature", -0.1),
     ("sampling.prompt_length_buckets", (64, 32)),
+    ("sampling.live_prompts", -1),
     ("mesh.fsdp", 0),
     ("model.dtype", "float8"),
     ("model.preset", "gpt-5"),
@@ -88,6 +89,7 @@ def test_cross_field_checks_name_the_field(tmp_path):
         ({"train.warmstart_levels": (0,), "data.source": "jsonl", "data.path": __file__}, "train.warmstart_levels"),
         ({"train.warmstart_levels": (6, 7), "data.arith_level_weights": (1, 1, 1, 1, 1, 1, 0, 0)},
          "train.warmstart_levels"),  # no examples left to teach
+        ({"sampling.live_prompts": 16, "sampling.min_compact_rows": 8}, "sampling.live_prompts"),
     ]
     for overrides, field in cases:
         config = get_config()

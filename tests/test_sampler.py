@@ -315,9 +315,7 @@ def test_compaction_keeps_every_row(checkpoint, prompts, temperature, shrink):
     _, model = checkpoint
     kwargs = dict(num_samples=2, max_new_tokens=TAIL_BUDGETS, max_new_tokens_cap=32, rng=jax.random.key(31),
                   temperature=temperature)
-    # An EOS that some rows emit before their budget runs out and others never emit.
-    probe = generate(model, prompts, eos_ids=(0,), **kwargs)
-    eos = next(int(t) for t in probe.tokens[::2, 2:6].ravel() if 0 < (probe.tokens == t).any(1).sum() < 12)
+    eos = _tail_eos(model, prompts, kwargs)
     plain = generate(model, prompts, eos_ids=(eos,), **kwargs)
     compacted = generate(model, prompts, eos_ids=(eos,), min_compact_rows=6, compact_shrink=shrink, **kwargs)
     row_budgets = np.repeat(TAIL_BUDGETS, 2)
@@ -338,6 +336,49 @@ def test_compaction_keeps_every_row(checkpoint, prompts, temperature, shrink):
         assert f"tensor<{rows}x1x{cfg.num_kv_heads}x31x{cfg.head_dim}xf32>" in lowered, rows
     per_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4
     assert compacted.kv_cache_bytes == plain.kv_cache_bytes + per_token * segments[0] * (31 + 32)
+
+
+def _tail_eos(model, prompts, kwargs):
+    """An EOS token that some rows emit before their budget runs out and others never emit."""
+    probe = generate(model, prompts, eos_ids=(0,), **kwargs)
+    return next(int(t) for t in probe.tokens[::2, 2:6].ravel() if 0 < (probe.tokens == t).any(1).sum() < 12)
+
+
+@pytest.mark.parametrize("temperature", [0.0, pytest.param(1.0, marks=pytest.mark.slow)])
+def test_refill_gives_the_plain_programs_rows(checkpoint, prompts, temperature):
+    _, model = checkpoint
+    kwargs = dict(num_samples=2, max_new_tokens=TAIL_BUDGETS, max_new_tokens_cap=32, rng=jax.random.key(31),
+                  temperature=temperature)
+    eos = _tail_eos(model, prompts, kwargs)
+    plain = generate(model, prompts, eos_ids=(eos,), **kwargs)
+    assert (~plain.truncated & (plain.lengths < np.repeat(TAIL_BUDGETS, 2))).any(), "rows stopped by EOS"
+    cfg = model.cfg
+    per_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4
+    for lanes in (1, 4):  # one lane: every prompt waits for the one before; four: lanes free out of order
+        refilled = generate(model, prompts, eos_ids=(eos,), live_prompts=lanes, **kwargs)
+        for field in ("tokens", "lengths", "truncated"):
+            np.testing.assert_array_equal(getattr(refilled, field), getattr(plain, field))
+        np.testing.assert_allclose(refilled.logprobs, plain.logprobs, atol=1e-5, rtol=0)
+        assert refilled.rows == 2 * lanes and refilled.prompt_rows == plain.prompt_rows == 12
+        assert refilled.kv_cache_bytes == per_token * lanes * (plain.prompt_length + 2 * 31)
+    lowered = lower_generate(model, prompts, eos_ids=(eos,), live_prompts=4, **kwargs).as_text()
+    assert f"tensor<4x2x{cfg.num_kv_heads}x31x{cfg.head_dim}xf32>" in lowered  # the lanes' response cache
+    assert f"tensor<12x2x{cfg.num_kv_heads}x31x{cfg.head_dim}xf32>" not in lowered  # not the whole call's
+
+
+def test_refill_serves_a_prompt_bucket_with_one_program(checkpoint, prompts):
+    _, model = checkpoint
+    kwargs = dict(num_samples=2, max_new_tokens=6, rng=jax.random.key(5), live_prompts=3)
+    first = generate(model, prompts, **kwargs)  # 9 prompts: 18 rows in the 24-row bucket
+    compiled = compile_count()
+    more = generate(model, prompts + prompts[:3], **kwargs)  # 12 prompts, the same bucket: the number is traced
+    assert compile_count() == compiled
+    np.testing.assert_array_equal(more.tokens[:18], first.tokens)
+    assert generate(model, prompts[:3], **kwargs).rows == bucket_at_least(6, DEFAULT_ROW_BUCKETS, "rows")  # no refill
+    chunked = generate_in_chunks(model, prompts, max_rows_per_call=10, **kwargs)  # calls of 5 and 4 prompts
+    parts = [generate(model, prompts[i:i + 5], **dict(kwargs, rng=jax.random.fold_in(kwargs["rng"], i // 5)))
+             for i in (0, 5)]
+    np.testing.assert_array_equal(chunked.tokens, np.concatenate([p.tokens for p in parts]))
 
 
 @pytest.mark.parametrize("bad, message", [
@@ -372,6 +413,8 @@ def test_bad_budgets_name_the_argument(bad, message):
     (dict(row_buckets=(8, 4)), "row_buckets"),
     (dict(min_compact_rows=-1), "min_compact_rows"),
     (dict(compact_shrink=1.0), "compact_shrink"),
+    (dict(live_prompts=-1), "live_prompts"),
+    (dict(live_prompts=2, min_compact_rows=4), r"live_prompts \(2\) and min_compact_rows \(4\)"),
 ])
 def test_bad_arguments_name_the_field(bad, message):
     model = init_model(PRESETS["tiny-test"])

@@ -34,6 +34,9 @@ for name, axes in (("data2_fsdp2", (2, 2, 1)), ("data2_tensor2", (2, 1, 2))):
     # Compaction under the mesh: segments of 12, 6 and 4 rows (multiples of the data-parallel size 2).
     compacted = generate(model, prompts, mesh=mesh, min_compact_rows=4, **dict(kwargs, max_new_tokens=budgets,
                                                                                max_new_tokens_cap=12))
+    # Refill under the mesh: two lanes asked, rounded up to the data-parallel size (4 or 2), six prompts.
+    refilled = generate(model, prompts, mesh=mesh, live_prompts=2, **dict(kwargs, max_new_tokens=budgets,
+                                                                          max_new_tokens_cap=12))
     report[name] = dict(
         tokens_equal=bool((sharded.tokens == single.tokens).all() and (placed.tokens == single.tokens).all()),
         logprob_diff=float(np.abs(sharded.logprobs - single.logprobs).max()),
@@ -42,6 +45,10 @@ for name, axes in (("data2_fsdp2", (2, 2, 1)), ("data2_tensor2", (2, 1, 2))):
         compacted_equal=bool((compacted.tokens == single_tail.tokens).all()
                              and (compacted.lengths == single_tail.lengths).all()),
         compacted_logprob_diff=float(np.abs(compacted.logprobs - single_tail.logprobs).max()),
+        refilled_equal=bool((refilled.tokens == single_tail.tokens).all()
+                            and (refilled.lengths == single_tail.lengths).all()),
+        refilled_rows=refilled.rows,
+        refilled_logprob_diff=float(np.abs(refilled.logprobs - single_tail.logprobs).max()),
         prompt_ids_spec=str(compiled.input_shardings[0][1].spec),
         out_spec=str(compiled.output_shardings[0].spec),
     )
@@ -61,7 +68,9 @@ def test_generate_under_a_mesh_matches_single_device():
         assert r["tokens_equal"] and r["lengths_equal"], name
         assert r["logprob_diff"] <= 1e-5, name
         assert r["compacted_equal"] and r["compacted_logprob_diff"] <= 1e-5, name
+        assert r["refilled_equal"] and r["refilled_logprob_diff"] <= 1e-5, name
         assert r["prompt_rows"] % 2 == 0, name  # prompt rows padded to a multiple of the data-parallel size
+    assert report["data2_fsdp2"]["refilled_rows"] == 4 * 3 and report["data2_tensor2"]["refilled_rows"] == 2 * 3
     assert report["data2_fsdp2"]["prompt_ids_spec"] == "P(('data', 'fsdp'), None)"
     assert report["data2_fsdp2"]["out_spec"] == "P(('data', 'fsdp'), None)"
     assert report["data2_tensor2"]["prompt_ids_spec"] == "P(('data', 'fsdp'), None)"

@@ -15,8 +15,9 @@ measured in the same run, over the measured decode time).
 clipped at --new_tokens so that 10% of prompts get the full length (stratified quantiles, shuffled
 with a fixed seed), the shape of response lengths under EOS; it reports useful tokens/s (sum of
 response lengths / time) next to the no-EOS tokens/s at the same shape, without and with live-row
-compaction (--min_compact_rows, at each --compact_shrink segment ratio; the no-EOS time is
-measured again with compaction on).
+compaction (--min_compact_rows, at each --compact_shrink segment ratio) and with refill
+(--live_prompts lanes over --refill_factor times the prompts, so that as many rows are in flight as
+in the plain call); the no-EOS time is measured again for each setting.
 
 Tunix runs in a subprocess with its own interpreter (a separate venv with requirements-peers.txt),
 so the project's pinned stack is untouched; `--tunix_worker` is that subprocess's entry point.
@@ -116,26 +117,34 @@ def bench_greso(args, prompts, cfg_name):
     assert (out.lengths == args.new_tokens).all() and compile_count() >= 1
     long_tail = None
     if args.long_tail:
-        budgets = long_tail_budgets(len(prompts), args.new_tokens)
-        tail_kwargs = dict(kwargs, max_new_tokens=budgets, max_new_tokens_cap=args.new_tokens)
-        compiled_before = compile_count()
-        tail = generate(model, prompts, rng=jax.random.key(2), **tail_kwargs)
-        assert compile_count() == compiled_before, "the budgets must reuse the no-EOS program"
-        long_tail = dict(useful_tokens=int(tail.lengths.sum()), budgets=budgets, seconds={}, no_eos_seconds={})
-        settings = [(0, 0.5)] + [(args.min_compact_rows, shrink) for shrink in args.compact_shrink]
-        long_tail["rows_changed"] = {}
-        for compact, shrink in settings:
-            on = dict(min_compact_rows=compact, compact_shrink=shrink)
+        settings = {"no compaction": ({}, prompts)}
+        for shrink in args.compact_shrink:
+            settings[f"compaction x{shrink} to {args.min_compact_rows} rows"] = (
+                dict(min_compact_rows=args.min_compact_rows, compact_shrink=shrink), prompts)
+        # Refill keeps as many rows in flight as the plain call runs, over more prompts: a rollout pass
+        # of refill_factor times the prompts (the same prompts again; budgets drawn for all of them).
+        for lanes in args.live_prompts:
+            settings[f"refill, {lanes} lanes, {args.refill_factor}x prompts"] = (
+                dict(live_prompts=lanes), prompts * args.refill_factor)
+        long_tail = dict(useful_tokens={}, slots={}, seconds={}, no_eos_seconds={}, rows_changed={}, compile_s={},
+                         budgets=long_tail_budgets(len(prompts), args.new_tokens))
+        for name, (on, call_prompts) in settings.items():
+            budgets = long_tail_budgets(len(call_prompts), args.new_tokens)
+            tail_kwargs = dict(kwargs, max_new_tokens=budgets, max_new_tokens_cap=args.new_tokens)
             compiled_before = compile_count()
             started = time.perf_counter()
-            compacted = generate(model, prompts, rng=jax.random.key(2), **tail_kwargs, **on)  # compiles if new
+            tail = generate(model, call_prompts, rng=jax.random.key(2), **tail_kwargs, **on)  # compiles if new
             if compile_count() > compiled_before:
-                long_tail.setdefault("compile_s", {})[(compact, shrink)] = time.perf_counter() - started
-            long_tail["rows_changed"][(compact, shrink)] = int((compacted.tokens != tail.tokens).any(axis=1).sum())
-            long_tail["seconds"][(compact, shrink)] = _best_time(
-                lambda: generate(model, prompts, rng=jax.random.key(3), **tail_kwargs, **on), args.repeats)
-            long_tail["no_eos_seconds"][(compact, shrink)] = seconds if not compact else _best_time(
-                lambda: generate(model, prompts, rng=jax.random.key(1), **kwargs, **on), args.repeats)
+                long_tail["compile_s"][name] = time.perf_counter() - started
+            long_tail["useful_tokens"][name] = int(tail.lengths.sum())
+            long_tail["slots"][name] = len(call_prompts) * args.group * args.new_tokens
+            if call_prompts is prompts:  # the plain call of refill's longer prompt list would cost more than it
+                plain = generate(model, call_prompts, rng=jax.random.key(2), **tail_kwargs)
+                long_tail["rows_changed"][name] = int((tail.tokens != plain.tokens).any(axis=1).sum())
+            long_tail["seconds"][name] = _best_time(
+                lambda: generate(model, call_prompts, rng=jax.random.key(3), **tail_kwargs, **on), args.repeats)
+            long_tail["no_eos_seconds"][name] = seconds if not on else _best_time(
+                lambda: generate(model, call_prompts, rng=jax.random.key(1), **kwargs, **on), args.repeats)
 
     graphdef, state = nnx.split(model)
     prefill_jit = jax.jit(lambda s, ids, lengths: prefill(nnx.merge(graphdef, s), ids, lengths))
@@ -255,8 +264,12 @@ def main():
     parser.add_argument("--long_tail", action="store_true", help="also time long-tailed per-prompt budgets")
     parser.add_argument("--min_compact_rows", type=int, default=8,
                         help="--long_tail: also time live-row compaction down to this many rows")
-    parser.add_argument("--compact_shrink", type=float, nargs="+", default=[0.5, 0.75],
+    parser.add_argument("--compact_shrink", type=float, nargs="*", default=[0.5, 0.75],
                         help="--long_tail: the compaction segment ratios to time side by side")
+    parser.add_argument("--live_prompts", type=int, nargs="*", default=[16],
+                        help="--long_tail: also time refill (continuous batching) with these lane counts")
+    parser.add_argument("--refill_factor", type=int, default=4,
+                        help="--long_tail: refill runs this many times --prompts through its lanes")
     parser.add_argument("--tunix_python", default="/tmp/venv-peers/bin/python")
     parser.add_argument("--skip_transformers", action="store_true")
     parser.add_argument("--workdir", default=tempfile.mkdtemp(prefix="bench-sampler-"))
@@ -318,21 +331,22 @@ def main():
     if tail is not None:
         budgets = tail["budgets"]
         print(f"long tail: budgets median {np.median(budgets):.0f}, mean {budgets.mean():.1f}, "
-              f"{(budgets == args.new_tokens).mean():.0%} at {args.new_tokens}; "
-              f"{tail['useful_tokens']} useful of {tokens} slots")
-        print(f"{'greso_jax':<32}{'no-EOS s':>10}{'tokens/s':>10}{'long-tail s':>12}{'useful tok/s':>14}"
-              f"{'ratio':>7}{'compile s':>11}{'rows changed':>14}")
-        for (compact, shrink), tail_s in tail["seconds"].items():
-            name = f"compaction x{shrink} to {compact} rows" if compact else "no compaction"
-            no_eos_s = tail["no_eos_seconds"][(compact, shrink)]
-            useful = tail["useful_tokens"] / tail_s
-            compile_s = tail.get("compile_s", {}).get((compact, shrink), float("nan"))
-            print(f"{name:<32}{no_eos_s:>10.2f}{tokens / no_eos_s:>10.0f}{tail_s:>12.2f}{useful:>14.0f}"
-                  f"{useful / (tokens / ours['seconds']):>6.2f}x{compile_s:>11.1f}"
-                  f"{tail['rows_changed'][(compact, shrink)]:>14}")
-        print("ratio: useful tokens/s over the no-EOS tokens/s without compaction; compile s: the first call "
-              "of that program (nan: compiled earlier); rows changed: rows whose tokens differ from the "
-              "uncompacted call's (float rounding of other matmul shapes)")
+              f"{(budgets == args.new_tokens).mean():.0%} at {args.new_tokens}")
+        print(f"{'greso_jax':<36}{'no-EOS s':>10}{'tokens/s':>10}{'useful/slots':>14}{'long-tail s':>12}"
+              f"{'useful tok/s':>14}{'ratio':>7}{'compile s':>11}{'rows changed':>14}")
+        for name, tail_s in tail["seconds"].items():
+            no_eos_s = tail["no_eos_seconds"][name]
+            slots = tail["slots"][name]
+            useful = tail["useful_tokens"][name] / tail_s
+            print(f"{name:<36}{no_eos_s:>10.2f}{slots / no_eos_s:>10.0f}"
+                  f"{tail['useful_tokens'][name]:>7}/{slots:<6}{tail_s:>12.2f}{useful:>14.0f}"
+                  f"{useful / (tokens / ours['seconds']):>6.2f}x{tail['compile_s'].get(name, float('nan')):>11.1f}"
+                  f"{tail['rows_changed'].get(name, '-'):>14}")
+        print("ratio: useful tokens/s over the plain no-EOS tokens/s (every setting runs the same rows per "
+              "decode step: refill's lanes x G = the plain call's rows); compile s: the first call of that "
+              "program (nan: compiled earlier); rows changed: rows whose tokens differ from the plain "
+              "program's on the same call (float rounding of other matmul shapes; not run for refill's longer call, "
+              "which tests/test_sampler.py checks)")
     for note in notes:
         print(note)
 

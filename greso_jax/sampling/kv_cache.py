@@ -7,7 +7,8 @@ batched matmuls; keys are stored transposed (sequence minor), which XLA:CPU mult
 faster than [T, hd] keys (measured):
   prompt cache    k [N, Hkv, hd, Tp], v [N, Hkv, Tp, hd]          written once by `prefill`
   response cache  k [N, G, Hkv, hd, L], v [N, G, Hkv, L, hd]      slot s: response token s
-Every row of a call is at the same response step, so a decode step writes one slot for all rows.
+In a plain call every row is at the same response step, so a decode step writes one slot for all
+rows; under refill (`greso_jax.sampling.refill`) each prompt's group has its own slot.
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ def empty_response_cache(model, num_prompts: int, group: int, slots: int, constr
 
 def _attend_prompt_and_response(q, prompt: LayerCache, response: LayerCache, prompt_lengths, slot):
     """q [N, G, Hkv, rep, hd] of the current token -> attention output [N, G, Hkv, rep, hd] over
-    the prompt keys t < prompt_length and the response keys t <= slot, one joint softmax (float32)."""
+    the prompt keys t < prompt_length and the response keys t <= slot (a scalar, or int32 [N]: one
+    per prompt), one joint softmax (float32)."""
     n, group, hkv, rep, hd = q.shape
     tp = prompt.v.shape[2]
     scale = 1.0 / jnp.sqrt(jnp.float32(hd))
@@ -71,7 +73,8 @@ def _attend_prompt_and_response(q, prompt: LayerCache, response: LayerCache, pro
     prompt_scores = jnp.einsum("nkmd,nkdt->nkmt", q_by_head, prompt.k, preferred_element_type=jnp.float32)
     response_scores = jnp.einsum("ngkrd,ngkdt->ngkrt", q, response.k, preferred_element_type=jnp.float32)
     prompt_valid = jnp.arange(tp)[None, :] < prompt_lengths[:, None]  # [N, Tp]
-    response_valid = jnp.arange(response.v.shape[3]) <= slot  # [L]
+    slot_by_prompt = jnp.reshape(slot, jnp.shape(slot) + (1,) * 4)  # [1, 1, 1, 1] or [N, 1, 1, 1, 1]
+    response_valid = jnp.arange(response.v.shape[3]) <= slot_by_prompt
     prompt_scores = jnp.where(prompt_valid[:, None, None, :], prompt_scores * scale, MASK_VALUE)
     prompt_scores = prompt_scores.reshape(n, hkv, group, rep, tp).transpose(0, 2, 1, 3, 4)
     response_scores = jnp.where(response_valid, response_scores * scale, MASK_VALUE)
@@ -88,23 +91,33 @@ def _attend_prompt_and_response(q, prompt: LayerCache, response: LayerCache, pro
     return ((from_prompt + from_response) / total).astype(q.dtype)
 
 
+def _write_slot(cache, new, slot, axis: int):
+    """cache [N, ...] with `new` (size 1 along `axis`) written at index `slot` of `axis`: one slot
+    for every prompt (scalar), or each prompt's own (int32 [N])."""
+    if jnp.ndim(slot) == 0:
+        return jax.lax.dynamic_update_slice_in_dim(cache, new, slot, axis)
+    return jax.vmap(lambda c, x, s: jax.lax.dynamic_update_slice_in_dim(c, x, s, axis - 1))(cache, new, slot)
+
+
 def decode_step(model, tokens, prompt_cache, response_cache, prompt_lengths, slot,
                 constrain: Constraint = _identity):
     """One token for every row. tokens int32 [N*G] (row i*G+g belongs to prompt i), the response
-    token index `slot` (scalar) -> (logits float32 [N*G, V], updated response cache).
-    The token is at RoPE position prompt_length + slot and its key/value go to response slot `slot`."""
+    token index `slot` (a scalar, or int32 [N]: each prompt's own) -> (logits float32 [N*G, V],
+    updated response cache). The token is at RoPE position prompt_length + slot and its key/value
+    go to response slot `slot`."""
     n, group = response_cache[0].k.shape[:2]
     cfg = model.cfg
     rows = n * group
-    positions = (jnp.repeat(prompt_lengths, group) + slot)[:, None]  # [R, 1]
+    row_slots = slot if jnp.ndim(slot) == 0 else jnp.repeat(slot, group)
+    positions = (jnp.repeat(prompt_lengths, group) + row_slots)[:, None]  # [R, 1]
     x = constrain(model.embed_tokens(tokens[:, None]))  # [R, 1, D]
     updated = []
     for layer, prompt, response in zip(model.layers, prompt_cache, response_cache):
         q, k, v = layer.attn.project_qkv(layer.input_norm(x), positions)
         k = k.reshape(n, group, cfg.num_kv_heads, cfg.head_dim, 1)
         v = v.reshape(n, group, cfg.num_kv_heads, 1, cfg.head_dim)
-        response = LayerCache(constrain(jax.lax.dynamic_update_slice(response.k, k, (0, 0, 0, 0, slot))),
-                              constrain(jax.lax.dynamic_update_slice(response.v, v, (0, 0, 0, slot, 0))))
+        response = LayerCache(constrain(_write_slot(response.k, k, slot, 4)),
+                              constrain(_write_slot(response.v, v, slot, 3)))
         updated.append(response)
         q = q.reshape(n, group, cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads, cfg.head_dim)
         out = _attend_prompt_and_response(q, prompt, response, prompt_lengths, slot)

@@ -25,6 +25,7 @@ from greso_jax.models.weights import param_shardings
 from greso_jax.parallel.sharding import batch_sharding
 from greso_jax.sampling.compaction import Rows, compact, row_prompts, segment_rows, ungroup
 from greso_jax.sampling.kv_cache import decode_step, empty_response_cache, prefill
+from greso_jax.sampling.refill import refill_program
 from greso_jax.sampling.shapes import (DEFAULT_PROMPT_BUCKETS, DEFAULT_ROW_BUCKETS, Plan, bucket_at_least,
                                       check_buckets, kv_cache_bytes, token_budgets)
 from greso_jax.sampling.token_sampling import SamplingMode, choose_tokens, mode_of, row_keys
@@ -49,9 +50,9 @@ class SampleOutput:
     lengths    int32 [N*G], response length counting the EOS token when one was produced (<= the row's budget)
     truncated  bool [N*G], True when no EOS came within the row's token budget
     kv_cache_bytes   bytes of the KV cache the program allocated (prompt + response caches, bucket size;
-               with compaction, the peak while the first compaction gathers)
-    prompt_rows, rows, prompt_length   the bucketed shapes the program ran at
-               (`generate_in_chunks`: the largest over its calls)
+               with compaction, the peak while the first compaction gathers; under refill, the lanes')
+    prompt_rows, rows, prompt_length   the bucketed shapes the program ran at; rows: those each decode
+               step runs (under refill, lanes x G) (`generate_in_chunks`: the largest over its calls)
     prompts    the N prompts (token-id lists) in order: row r answers prompts[r // num_samples]
     num_samples  G, responses per prompt
     """
@@ -106,6 +107,21 @@ def _placement(model, params, mesh):
     return jax.tree.map(lambda _: single, params), lambda ndim: single, single, None
 
 
+def _constraint(mesh):
+    """Inside a program: pins an array's leading (row) dimension to the mesh's data axes."""
+    if mesh is None:
+        return lambda x: x
+    return lambda x: jax.lax.with_sharding_constraint(x, batch_sharding(mesh, x.ndim))
+
+
+def _refill(params, prompt_ids, prompt_lengths, budgets, num_prompts, key, temperature, top_p, eos_ids, *,
+            graphdef, rest, plan: Plan, mode: SamplingMode, pad_id: int, mesh):
+    """The sampling call under continuous batching (`greso_jax.sampling.refill`)."""
+    return refill_program(nnx.merge(graphdef, params, rest), prompt_ids, prompt_lengths, budgets, num_prompts, key,
+                          temperature, top_p, eos_ids, plan=plan, mode=mode, pad_id=pad_id,
+                          constrain=_constraint(mesh))
+
+
 def _program(params, prompt_ids, prompt_lengths, budgets, key, temperature, top_p, eos_ids, *, graphdef, rest,
              plan: Plan, mode: SamplingMode, pad_id: int, mesh):
     """The whole sampling call: prefill on [Np, Tp], then decode all Np*G rows until each has met
@@ -113,10 +129,7 @@ def _program(params, prompt_ids, prompt_lengths, budgets, key, temperature, top_
     With `plan.compact_rows`, decode leaves its first segment once few enough rows are live and
     continues in segments of those row counts (see `greso_jax.sampling.compaction`)."""
     model = nnx.merge(graphdef, params, rest)
-    if mesh is None:
-        constrain = lambda x: x  # noqa: E731
-    else:
-        constrain = lambda x: jax.lax.with_sharding_constraint(x, batch_sharding(mesh, x.ndim))  # noqa: E731
+    constrain = _constraint(mesh)
     group, steps = plan.group, plan.max_new_tokens
     rows = plan.rows
     row_ids = jnp.arange(rows, dtype=jnp.int32)
@@ -195,7 +208,7 @@ def _program(params, prompt_ids, prompt_lengths, budgets, key, temperature, top_
 
 
 def _prepare(model, prompts, *, num_samples, max_new_tokens, max_new_tokens_cap, rng, temperature, top_p, top_k,
-             eos_ids, pad_id, prompt_buckets, row_buckets, min_compact_rows, compact_shrink, mesh):
+             eos_ids, pad_id, prompt_buckets, row_buckets, min_compact_rows, compact_shrink, live_prompts, mesh):
     """Validates, buckets and places everything; returns (program key, a function that builds the
     jitted program, args, plan). Building the jit wrapper costs ms, so it is only done to compile."""
     _validate(model, prompts, num_samples, temperature, top_p, top_k, eos_ids, pad_id)
@@ -207,6 +220,11 @@ def _prepare(model, prompts, *, num_samples, max_new_tokens, max_new_tokens_cap,
         raise ValueError(f"min_compact_rows: must be an int >= 0 (0 = off), got {min_compact_rows!r}")
     if not 0 < compact_shrink < 1:
         raise ValueError(f"compact_shrink: must be in (0, 1), got {compact_shrink!r}")
+    if not isinstance(live_prompts, (int, np.integer)) or live_prompts < 0:
+        raise ValueError(f"live_prompts: must be an int >= 0 (0 = off), got {live_prompts!r}")
+    if live_prompts and min_compact_rows:
+        raise ValueError(f"live_prompts ({live_prompts}) and min_compact_rows ({min_compact_rows}): refill and "
+                         "compaction do not combine; set one of them to 0")
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     shardings, batch, replicated, mesh = _placement(model, params, mesh)
     data_parallel = 1 if mesh is None else mesh.shape.get("data", 1) * mesh.shape.get("fsdp", 1)
@@ -214,11 +232,14 @@ def _prepare(model, prompts, *, num_samples, max_new_tokens, max_new_tokens_cap,
     lengths = np.array([len(p) for p in prompts], np.int32)
     row_bucket = bucket_at_least(len(prompts) * num_samples, row_buckets, "rows")
     prompt_rows = -(-max(-(-row_bucket // num_samples), len(prompts)) // data_parallel) * data_parallel
+    # Lanes split evenly over the mesh; refill only pays when more prompts than lanes wait.
+    lanes = -(-int(live_prompts) // data_parallel) * data_parallel
     plan = Plan(prompt_rows=prompt_rows,
                  prompt_length=bucket_at_least(int(lengths.max()), prompt_buckets, "prompt length"),
                  group=num_samples, max_new_tokens=cap,
                  compact_rows=segment_rows(prompt_rows * num_samples, int(min_compact_rows), data_parallel,
-                                               float(compact_shrink)))
+                                               float(compact_shrink)),
+                 lanes=lanes if len(prompts) > lanes else 0)
     ids = np.full((plan.prompt_rows, plan.prompt_length), pad_id, np.int32)
     for i, p in enumerate(prompts):
         ids[i, :len(p)] = p
@@ -232,15 +253,21 @@ def _prepare(model, prompts, *, num_samples, max_new_tokens, max_new_tokens_cap,
     mode = mode_of(temperature, top_p, top_k)
     eos = np.asarray(tuple(eos_ids), np.int32).reshape(-1)
     in_shardings = (shardings, batch(2), batch(1), batch(1), replicated, replicated, replicated, replicated)
-    args = multihost.put_tree((params, ids, padded_lengths, padded_budgets, rng, np.float32(temperature),
-                               np.float32(top_p), eos), in_shardings)
+    args = (params, ids, padded_lengths, padded_budgets, rng, np.float32(temperature), np.float32(top_p), eos)
+    program = _program
+    if plan.lanes:  # the number of real prompts is traced, so a refill program serves its whole prompt bucket
+        program = _refill
+        # Every device may prefill any waiting prompt into its lanes: the prompts (small) are replicated.
+        in_shardings = (shardings,) + (replicated,) * 8
+        args = args[:4] + (np.int32(len(prompts)),) + args[4:]
+    args = multihost.put_tree(args, in_shardings)
     param_sig = tuple((a.shape, a.dtype, a.sharding) for a in jax.tree.leaves(args[0]))
     # The matmul precision in force is traced into the program, so it is part of what was compiled.
     key = (graphdef, jax.tree.structure(params), param_sig, plan, mode, len(eos), pad_id, str(rng.dtype), mesh,
            jax.config.jax_default_matmul_precision)
     make_fn = functools.partial(
         jax.jit,
-        functools.partial(_program, graphdef=graphdef, rest=rest, plan=plan, mode=mode, pad_id=pad_id, mesh=mesh),
+        functools.partial(program, graphdef=graphdef, rest=rest, plan=plan, mode=mode, pad_id=pad_id, mesh=mesh),
         in_shardings=in_shardings, out_shardings=(batch(2), batch(2), batch(1), batch(1)))
     return key, make_fn, args, plan
 
@@ -249,14 +276,15 @@ def lower_generate(model, prompts, *, num_samples: int, max_new_tokens, rng: jax
                    max_new_tokens_cap: int | None = None, temperature: float = 1.0, top_p: float = 1.0,
                    top_k: int = 0, eos_ids: Sequence[int] = (), pad_id: int = 0, prompt_buckets=None,
                    row_buckets=None, min_compact_rows: int = 0, compact_shrink: float = 0.5,
-                   mesh=None) -> jax.stages.Lowered:
+                   live_prompts: int = 0, mesh=None) -> jax.stages.Lowered:
     """The lowered (not compiled) program `generate` would run for these arguments: for
     inspecting its shapes, HLO and cost analysis."""
     _, make_fn, args, _ = _prepare(model, prompts, num_samples=num_samples, max_new_tokens=max_new_tokens,
                                    max_new_tokens_cap=max_new_tokens_cap, rng=rng,
                                    temperature=temperature, top_p=top_p, top_k=top_k, eos_ids=eos_ids, pad_id=pad_id,
                                    prompt_buckets=prompt_buckets, row_buckets=row_buckets,
-                                   min_compact_rows=min_compact_rows, compact_shrink=compact_shrink, mesh=mesh)
+                                   min_compact_rows=min_compact_rows, compact_shrink=compact_shrink,
+                                   live_prompts=live_prompts, mesh=mesh)
     return make_fn().lower(*args)
 
 
@@ -264,7 +292,7 @@ def generate(model, prompts: list[list[int]], *, num_samples: int, max_new_token
              rng: jax.Array, max_new_tokens_cap: int | None = None, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, eos_ids: Sequence[int] = (),
              pad_id: int = 0, prompt_buckets: Sequence[int] | None = None,
              row_buckets: Sequence[int] | None = None, min_compact_rows: int = 0, compact_shrink: float = 0.5,
-             mesh=None) -> SampleOutput:
+             live_prompts: int = 0, mesh=None) -> SampleOutput:
     """Samples `num_samples` responses for each prompt; see `SampleOutput` for the fields.
 
     temperature 0 is greedy; top_k 0 and top_p 1 are off. Same `rng` -> identical output. The
@@ -283,13 +311,19 @@ def generate(model, prompts: list[list[int]], *, num_samples: int, max_new_token
     that are done stop costing steps. The outputs are the uncompacted program's: a row's draws are keyed by its index in
     the call. It costs up to half the response cache, and a per-row copy of the prompt cache
     for the compacted rows, in transient memory (see `kv_cache_bytes`).
+
+    live_prompts > 0: continuous batching when more prompts than that are given. Decode keeps
+    that many prompts' groups in flight (under a mesh, rounded up to a multiple of its data-parallel
+    size) and prefills the next prompt into a group's place once its G rows are done, inside the
+    compiled loop (see `greso_jax.sampling.refill`); the KV cache is the lanes' only. The outputs are
+    the plain program's, as under compaction. Does not combine with compaction.
     """
     key, make_fn, args, plan = _prepare(model, prompts, num_samples=num_samples, max_new_tokens=max_new_tokens,
                                         max_new_tokens_cap=max_new_tokens_cap,
                                         rng=rng, temperature=temperature, top_p=top_p, top_k=top_k, eos_ids=eos_ids,
                                         pad_id=pad_id, prompt_buckets=prompt_buckets, row_buckets=row_buckets,
                                         min_compact_rows=min_compact_rows, compact_shrink=compact_shrink,
-                                        mesh=mesh)
+                                        live_prompts=live_prompts, mesh=mesh)
     compiled = _COMPILED.get(key)
     if compiled is None:
         compiled = _COMPILED[key] = make_fn().lower(*args).compile()
@@ -297,7 +331,7 @@ def generate(model, prompts: list[list[int]], *, num_samples: int, max_new_token
     real = len(prompts) * plan.group
     return SampleOutput(tokens=tokens[:real], logprobs=logprobs[:real], lengths=lengths[:real],
                         truncated=truncated[:real], kv_cache_bytes=kv_cache_bytes(model.cfg, plan),
-                        prompt_rows=plan.prompt_rows, rows=plan.rows, prompt_length=plan.prompt_length,
+                        prompt_rows=plan.prompt_rows, rows=plan.rows_in_flight, prompt_length=plan.prompt_length,
                         prompts=list(prompts), num_samples=num_samples)
 
 

@@ -26,10 +26,16 @@ class Plan:
     group: int
     max_new_tokens: int  # the cap: length dimension of the outputs; per-row budgets are traced
     compact_rows: tuple[int, ...] = ()  # row counts of the decode segments after the first (compaction)
+    lanes: int = 0  # > 0: continuous batching, this many prompts' groups in flight (see sampling.refill)
 
     @property
     def rows(self) -> int:
         return self.prompt_rows * self.group
+
+    @property
+    def rows_in_flight(self) -> int:
+        """Rows each decode step runs: every row of the call, or under refill the lanes' rows."""
+        return self.lanes * self.group if self.lanes else self.rows
 
     @property
     def response_slots(self) -> int:
@@ -82,7 +88,10 @@ def token_budgets(max_new_tokens, num_prompts: int, cap: int | None) -> tuple[np
 def kv_cache_bytes(cfg, plan: Plan) -> int:
     """Bytes of the prompt cache [Np, Tp] plus the response cache [Np*G, slots], K and V, all layers;
     with compaction, plus the first compacted segment's response cache and prompt copies [R/2, slots + Tp],
-    which the gather holds beside the full caches (later segments are smaller)."""
+    which the gather holds beside the full caches (later segments are smaller); under refill, the
+    lanes' caches only ([K, Tp] and [K*G, slots]), whatever the number of prompts."""
     per_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * jnp.dtype(cfg.dtype).itemsize
+    if plan.lanes:
+        return per_token * plan.lanes * (plan.prompt_length + plan.group * plan.response_slots)
     compacted = plan.compact_rows[0] * (plan.response_slots + plan.prompt_length) if plan.compact_rows else 0
     return per_token * (plan.prompt_rows * plan.prompt_length + plan.rows * plan.response_slots + compacted)

@@ -89,9 +89,12 @@ def sample_inverse_cdf(probs, uniforms):
 
 def row_keys(key, step, row_ids):
     """One key per row [R] for this step: fold_in(fold_in(key, step), row). A row's draws depend
-    only on (key, step, row index), not on how many padding rows the bucket added."""
-    step_key = jax.random.fold_in(key, step)
-    return jax.vmap(lambda r: jax.random.fold_in(step_key, r))(row_ids)
+    only on (key, step, row index), not on how many padding rows the bucket added nor on when its
+    prompt was scheduled. step: a scalar, or int32 [R] (each row's own step, under refill)."""
+    if jnp.ndim(step) == 0:
+        step_key = jax.random.fold_in(key, step)
+        return jax.vmap(lambda r: jax.random.fold_in(step_key, r))(row_ids)
+    return jax.vmap(lambda s, r: jax.random.fold_in(jax.random.fold_in(key, s), r))(step, row_ids)
 
 
 def choose_tokens(logits, keys, mode: SamplingMode, temperature, top_p):
