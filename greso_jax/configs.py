@@ -295,9 +295,6 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     _validate_selection(config.selection, config.rl.group_size, config.seed)
 
     rl, train, data = config.rl, config.train, config.data
-    if config.sampling.live_prompts and config.sampling.min_compact_rows:
-        raise ConfigError("sampling.live_prompts: refill does not combine with compaction; set it or "
-                          "sampling.min_compact_rows to 0")
     if train.train_batch_size % rl.mini_batch_size:
         raise ConfigError(f"rl.mini_batch_size: {rl.mini_batch_size} must divide "
                           f"train.train_batch_size {train.train_batch_size}")

@@ -89,7 +89,6 @@ def test_cross_field_checks_name_the_field(tmp_path):
         ({"train.warmstart_levels": (0,), "data.source": "jsonl", "data.path": __file__}, "train.warmstart_levels"),
         ({"train.warmstart_levels": (6, 7), "data.arith_level_weights": (1, 1, 1, 1, 1, 1, 0, 0)},
          "train.warmstart_levels"),  # no examples left to teach
-        ({"sampling.live_prompts": 16, "sampling.min_compact_rows": 8}, "sampling.live_prompts"),
     ]
     for overrides, field in cases:
         config = get_config()

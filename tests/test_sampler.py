@@ -354,15 +354,18 @@ def test_refill_gives_the_plain_programs_rows(checkpoint, prompts, temperature):
     assert (~plain.truncated & (plain.lengths < np.repeat(TAIL_BUDGETS, 2))).any(), "rows stopped by EOS"
     cfg = model.cfg
     per_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4
-    for lanes in (1, 4):  # one lane: every prompt waits for the one before; four: lanes free out of order
-        refilled = generate(model, prompts, eos_ids=(eos,), live_prompts=lanes, **kwargs)
+    # One lane: every prompt waits for the one before; four: lanes free out of order; four with the
+    # drain compacted into 2 and then 1 lane (min_compact_rows 2 = one lane of G = 2).
+    for lanes, compact, gathered in ((1, 0, 0), (4, 0, 0), (4, 2, 2)):
+        refilled = generate(model, prompts, eos_ids=(eos,), live_prompts=lanes, min_compact_rows=compact, **kwargs)
         for field in ("tokens", "lengths", "truncated"):
             np.testing.assert_array_equal(getattr(refilled, field), getattr(plain, field))
         np.testing.assert_allclose(refilled.logprobs, plain.logprobs, atol=1e-5, rtol=0)
         assert refilled.rows == 2 * lanes and refilled.prompt_rows == plain.prompt_rows == 12
-        assert refilled.kv_cache_bytes == per_token * lanes * (plain.prompt_length + 2 * 31)
-    lowered = lower_generate(model, prompts, eos_ids=(eos,), live_prompts=4, **kwargs).as_text()
-    assert f"tensor<4x2x{cfg.num_kv_heads}x31x{cfg.head_dim}xf32>" in lowered  # the lanes' response cache
+        assert refilled.kv_cache_bytes == per_token * (lanes + gathered) * (plain.prompt_length + 2 * 31)
+    lowered = lower_generate(model, prompts, eos_ids=(eos,), live_prompts=4, min_compact_rows=2, **kwargs).as_text()
+    for lanes in (4, 2, 1):  # the lanes' response cache, then the drain segments'
+        assert f"tensor<{lanes}x2x{cfg.num_kv_heads}x31x{cfg.head_dim}xf32>" in lowered, lanes
     assert f"tensor<12x2x{cfg.num_kv_heads}x31x{cfg.head_dim}xf32>" not in lowered  # not the whole call's
 
 
@@ -414,7 +417,6 @@ def test_bad_budgets_name_the_argument(bad, message):
     (dict(min_compact_rows=-1), "min_compact_rows"),
     (dict(compact_shrink=1.0), "compact_shrink"),
     (dict(live_prompts=-1), "live_prompts"),
-    (dict(live_prompts=2, min_compact_rows=4), r"live_prompts \(2\) and min_compact_rows \(4\)"),
 ])
 def test_bad_arguments_name_the_field(bad, message):
     model = init_model(PRESETS["tiny-test"])

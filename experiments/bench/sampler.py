@@ -17,7 +17,8 @@ with a fixed seed), the shape of response lengths under EOS; it reports useful t
 response lengths / time) next to the no-EOS tokens/s at the same shape, without and with live-row
 compaction (--min_compact_rows, at each --compact_shrink segment ratio) and with refill
 (--live_prompts lanes over --refill_factor times the prompts, so that as many rows are in flight as
-in the plain call); the no-EOS time is measured again for each setting.
+in the plain call), alone and with its drain compacted (the same --min_compact_rows and ratios); the
+no-EOS time is measured again for each setting.
 
 Tunix runs in a subprocess with its own interpreter (a separate venv with requirements-peers.txt),
 so the project's pinned stack is untouched; `--tunix_worker` is that subprocess's entry point.
@@ -126,6 +127,10 @@ def bench_greso(args, prompts, cfg_name):
         for lanes in args.live_prompts:
             settings[f"refill, {lanes} lanes, {args.refill_factor}x prompts"] = (
                 dict(live_prompts=lanes), prompts * args.refill_factor)
+            for shrink in args.compact_shrink:
+                settings[f"  + drain compaction x{shrink}"] = (
+                    dict(live_prompts=lanes, min_compact_rows=args.min_compact_rows, compact_shrink=shrink),
+                    prompts * args.refill_factor)
         long_tail = dict(useful_tokens={}, slots={}, seconds={}, no_eos_seconds={}, rows_changed={}, compile_s={},
                          budgets=long_tail_budgets(len(prompts), args.new_tokens))
         for name, (on, call_prompts) in settings.items():

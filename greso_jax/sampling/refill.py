@@ -3,6 +3,10 @@ group of G rows and its prompt cache; once all G rows of a lane are done, the ne
 is prefilled into that lane inside the compiled loop, so rows that stop early are replaced by
 useful rows instead of idling until the longest row of the call ends.
 
+Once no prompt is waiting, the lanes drain: the longest prompts finish one by one while the other
+lanes idle. With `plan.compact_rows` (here: lane counts), the drain runs in segments of ever fewer
+lanes, the live lanes gathered into each, as live-row compaction does for a plain call.
+
 Lanes keep the prefix sharing of the plain program (one prompt cache entry per group), and every
 draw is keyed by (step, the row's index in the call) as there, so a call's samples do not depend on
 the schedule: the outputs are the plain program's up to float32 rounding. Each lane is at its own
@@ -59,8 +63,7 @@ def refill_program(model, prompt_ids, prompt_lengths, budgets, num_prompts, key,
     """Samples G rows for each of the first `num_prompts` (traced) of prompt_ids [Np, Tp] through
     plan.lanes lanes; the caller ensures num_prompts > plan.lanes. Returns (tokens, logprobs
     [Np*G, cap], lengths [Np*G], truncated [Np*G]); rows of prompts past num_prompts are left empty."""
-    group, lanes = plan.group, plan.lanes
-    members = jnp.tile(jnp.arange(group, dtype=jnp.int32), lanes)  # [K*G]: g of each row in flight
+    group, lanes, sizes = plan.group, plan.lanes, plan.compact_rows
     dropped = plan.rows  # an output row index past the end: scatters to it are dropped
 
     def is_eos(tokens):
@@ -91,7 +94,7 @@ def refill_program(model, prompt_ids, prompt_lengths, budgets, num_prompts, key,
         return next_prompt, lanes_state, rows, out
 
     def free_lanes(rows):
-        return rows.done.reshape(lanes, group).all(axis=1)
+        return rows.done.reshape(-1, group).all(axis=1)
 
     def can_refill(state):
         next_prompt, _, rows, _ = state
@@ -105,6 +108,7 @@ def refill_program(model, prompt_ids, prompt_lengths, budgets, num_prompts, key,
 
     def one_token(state):
         next_prompt, lanes_state, rows, out = state
+        members = jnp.tile(jnp.arange(group, dtype=jnp.int32), lanes_state.step.shape[0])  # g of each row
         slots = jnp.minimum(lanes_state.step - 1, plan.response_slots - 1)
         logits, response_cache = decode_step(model, rows.current, lanes_state.prompt_cache,
                                              lanes_state.response_cache, lanes_state.prompt_lengths, slots, constrain)
@@ -120,18 +124,46 @@ def refill_program(model, prompt_ids, prompt_lengths, budgets, num_prompts, key,
                           out.logprobs.at[write, row_steps].set(chosen_lp, mode="drop"),
                           out.lengths.at[write].set(lengths, mode="drop"), out.ended.at[write].set(ended, mode="drop"))
         # A lane whose rows are all done stays at its step: its slot stays in range until it is refilled.
-        lane_live = live.reshape(lanes, group).any(axis=1)
+        lane_live = live.reshape(-1, group).any(axis=1)
         lanes_state = lanes_state._replace(step=lanes_state.step + lane_live.astype(jnp.int32),
                                            response_cache=response_cache)
         rows = LaneRows(chosen, ended, ended | (lengths >= rows.budgets), lengths, rows.budgets)
         return next_prompt, lanes_state, rows, out
 
-    def keep_going(state):
-        next_prompt, _, rows, _ = state
-        return (next_prompt < num_prompts) | ~rows.done.all()
+    def draining(state, leave_at):
+        """Rows are live, and (leave_at given) more than leave_at lanes hold them."""
+        live = ~state[2].done
+        go = live.any()
+        return go if leave_at is None else go & (jnp.sum(live.reshape(-1, group).any(axis=1)) > leave_at)
 
     def refill_then_decode(state):
         return one_token(jax.lax.while_loop(can_refill, refill_one, state))
+
+    def gather(state, size):
+        """The `size` lanes of the next drain segment: every lane with a live row first (the caller
+        ensures at most `size`), then finished lanes as filler."""
+        next_prompt, lanes_state, rows, out = state
+        order = jnp.argsort(free_lanes(rows), stable=True)[:size]
+
+        def take(x):
+            return constrain(jnp.take(x, order, axis=0))
+
+        def take_rows(x):
+            return constrain(jnp.take(x.reshape(-1, group), order, axis=0).reshape(-1))
+
+        lanes_state = Lanes(take(lanes_state.prompt), take(lanes_state.step), take(lanes_state.prompt_lengths),
+                            [LayerCache(take(c.k), take(c.v)) for c in lanes_state.prompt_cache],
+                            [LayerCache(take(c.k), take(c.v)) for c in lanes_state.response_cache])
+        return next_prompt, lanes_state, LaneRows(*(take_rows(x) for x in rows)), out
+
+    def drain(i, state):
+        """Drain segments i, i+1, ... (skipped once no row is live, so a call without a tail gathers nothing)."""
+        def rest():
+            leave_at = sizes[i + 1] if i + 1 < len(sizes) else None
+            segment = jax.lax.while_loop(lambda s: draining(s, leave_at), one_token, gather(state, sizes[i]))
+            return segment[3] if leave_at is None else drain(i + 1, segment)
+
+        return jax.lax.cond(state[2].done.all(), lambda: state[3], rest)
 
     cfg = model.cfg
     dtype = jnp.dtype(cfg.dtype)
@@ -150,6 +182,8 @@ def refill_program(model, prompt_ids, prompt_lengths, budgets, num_prompts, key,
                          jnp.zeros((plan.rows, plan.max_new_tokens), jnp.float32),
                          jnp.zeros((plan.rows,), jnp.int32), jnp.zeros((plan.rows,), bool)))
     first_lanes = jnp.arange(lanes, dtype=jnp.int32)
-    state = jax.lax.while_loop(keep_going, refill_then_decode, load(state, first_lanes, first_lanes))
-    out = state[3]
+    leave_at = sizes[0] if sizes else None
+    state = jax.lax.while_loop(lambda s: (s[0] < num_prompts) | draining(s, leave_at), refill_then_decode,
+                               load(state, first_lanes, first_lanes))
+    out = drain(0, state) if sizes else state[3]
     return out.tokens, out.logprobs, out.lengths, ~out.ended

@@ -222,9 +222,6 @@ def _prepare(model, prompts, *, num_samples, max_new_tokens, max_new_tokens_cap,
         raise ValueError(f"compact_shrink: must be in (0, 1), got {compact_shrink!r}")
     if not isinstance(live_prompts, (int, np.integer)) or live_prompts < 0:
         raise ValueError(f"live_prompts: must be an int >= 0 (0 = off), got {live_prompts!r}")
-    if live_prompts and min_compact_rows:
-        raise ValueError(f"live_prompts ({live_prompts}) and min_compact_rows ({min_compact_rows}): refill and "
-                         "compaction do not combine; set one of them to 0")
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     shardings, batch, replicated, mesh = _placement(model, params, mesh)
     data_parallel = 1 if mesh is None else mesh.shape.get("data", 1) * mesh.shape.get("fsdp", 1)
@@ -234,12 +231,14 @@ def _prepare(model, prompts, *, num_samples, max_new_tokens, max_new_tokens_cap,
     prompt_rows = -(-max(-(-row_bucket // num_samples), len(prompts)) // data_parallel) * data_parallel
     # Lanes split evenly over the mesh; refill only pays when more prompts than lanes wait.
     lanes = -(-int(live_prompts) // data_parallel) * data_parallel
+    lanes = lanes if len(prompts) > lanes else 0
+    if lanes:  # compaction of the drain, in whole lanes (at least min_compact_rows rows)
+        segments = segment_rows(lanes, -(-int(min_compact_rows) // num_samples), data_parallel, float(compact_shrink))
+    else:
+        segments = segment_rows(prompt_rows * num_samples, int(min_compact_rows), data_parallel, float(compact_shrink))
     plan = Plan(prompt_rows=prompt_rows,
                  prompt_length=bucket_at_least(int(lengths.max()), prompt_buckets, "prompt length"),
-                 group=num_samples, max_new_tokens=cap,
-                 compact_rows=segment_rows(prompt_rows * num_samples, int(min_compact_rows), data_parallel,
-                                               float(compact_shrink)),
-                 lanes=lanes if len(prompts) > lanes else 0)
+                 group=num_samples, max_new_tokens=cap, compact_rows=segments, lanes=lanes)
     ids = np.full((plan.prompt_rows, plan.prompt_length), pad_id, np.int32)
     for i, p in enumerate(prompts):
         ids[i, :len(p)] = p
@@ -316,7 +315,8 @@ def generate(model, prompts: list[list[int]], *, num_samples: int, max_new_token
     that many prompts' groups in flight (under a mesh, rounded up to a multiple of its data-parallel
     size) and prefills the next prompt into a group's place once its G rows are done, inside the
     compiled loop (see `greso_jax.sampling.refill`); the KV cache is the lanes' only. The outputs are
-    the plain program's, as under compaction. Does not combine with compaction.
+    the plain program's, as under compaction. With min_compact_rows > 0 too, the lanes' drain (no
+    prompt left waiting) is compacted in whole lanes, K * s, K * s^2, ... lanes.
     """
     key, make_fn, args, plan = _prepare(model, prompts, num_samples=num_samples, max_new_tokens=max_new_tokens,
                                         max_new_tokens_cap=max_new_tokens_cap,

@@ -25,7 +25,8 @@ class Plan:
     prompt_length: int  # Tp
     group: int
     max_new_tokens: int  # the cap: length dimension of the outputs; per-row budgets are traced
-    compact_rows: tuple[int, ...] = ()  # row counts of the decode segments after the first (compaction)
+    # Row counts of the decode segments after the first (compaction); under refill, lane counts of the drain's.
+    compact_rows: tuple[int, ...] = ()
     lanes: int = 0  # > 0: continuous batching, this many prompts' groups in flight (see sampling.refill)
 
     @property
@@ -91,7 +92,8 @@ def kv_cache_bytes(cfg, plan: Plan) -> int:
     which the gather holds beside the full caches (later segments are smaller); under refill, the
     lanes' caches only ([K, Tp] and [K*G, slots]), whatever the number of prompts."""
     per_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * jnp.dtype(cfg.dtype).itemsize
-    if plan.lanes:
-        return per_token * plan.lanes * (plan.prompt_length + plan.group * plan.response_slots)
+    if plan.lanes:  # the first drain segment's lanes are gathered beside the full ones
+        lanes = plan.lanes + (plan.compact_rows[0] if plan.compact_rows else 0)
+        return per_token * lanes * (plan.prompt_length + plan.group * plan.response_slots)
     compacted = plan.compact_rows[0] * (plan.response_slots + plan.prompt_length) if plan.compact_rows else 0
     return per_token * (plan.prompt_rows * plan.prompt_length + plan.rows * plan.response_slots + compacted)
