@@ -13,6 +13,11 @@ weights may also end a row early with EOS, as a policy does.
 
     python experiments/bench/rollout_cost.py
     python experiments/bench/rollout_cost.py --row_buckets 8,16,32,64,128,256,512,1024,2048,4096 --row_buckets config
+    python experiments/bench/rollout_cost.py --live_prompts 0 --live_prompts 8    # plain calls vs refill, 8 lanes
+
+With --live_prompts K (repeatable), calls of more than K prompts run through K refill lanes
+(`sampling.live_prompts`): the rows per decode step stay K x G whatever the call's size, so a
+call's time can follow its responses instead of its row bucket.
 """
 
 from __future__ import annotations
@@ -80,6 +85,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--row_buckets", action="append",
                         help="row buckets to compare, comma-separated, or 'config' (the config's; repeatable)")
+    parser.add_argument("--live_prompts", type=int, action="append",
+                        help="refill lane counts to compare (0: plain calls; repeatable; default: the config's)")
     args = parser.parse_args()
 
     config = load_config(args.config)
@@ -101,15 +108,16 @@ def main() -> None:
           f"median of {args.repeats}")
     header = (f"{'setting':<9}{'prompts':>8}{'rows':>6}{'bucket':>7}{'len':>6}{'gen ms':>8}"
               f"{'text ms':>8}{'grade ms':>9}{'total ms':>9}{'us/resp':>8}{'vs largest':>11}{'first s':>8}")
-    cases = [(spec, parse_buckets(spec, config), *setting) for spec in args.row_buckets or ["config"]
-             for setting in settings]
+    lane_counts = args.live_prompts or [int(config.sampling.live_prompts)]
+    cases = [(f"{spec}, live_prompts {lanes}", dict(row_buckets=parse_buckets(spec, config), live_prompts=lanes),
+              *setting) for spec in args.row_buckets or ["config"] for lanes in lane_counts for setting in settings]
     with GradingPool(num_workers=config.data.grading_workers, timeout_s=config.data.grading_timeout_s,
                      shaping=config.data.reward_shaping) as pool:
 
         def run(case, seed):
-            _, buckets, _, n, budgets, cap = case
+            _, options, _, n, budgets, cap = case
             return rollout_call(model, tokenizer, pool, train[:n], encoded[:n], budgets, cap, group,
-                                dict(kwargs, row_buckets=buckets), seed)
+                                dict(kwargs, **options), seed)
 
         first, compiled = [], {}
         for case in cases:  # warm-up: each shape's first call, compilation included
@@ -127,8 +135,8 @@ def main() -> None:
 
     for spec in dict.fromkeys(case[0] for case in cases):
         mine = [i for i, case in enumerate(cases) if case[0] == spec]
-        print(f"\nrow buckets {spec}: {cases[mine[0]][1]}; {compiled[spec]} programs compiled, first calls "
-              f"(compilation included) {sum(first[i] for i in mine):.1f} s")
+        print(f"\nrow buckets {spec}: {cases[mine[0]][1]['row_buckets']}; {compiled[spec]} programs compiled, "
+              f"first calls (compilation included) {sum(first[i] for i in mine):.1f} s")
         print(header)
         for setting in dict.fromkeys(cases[i][2] for i in mine):
             same = [i for i in mine if cases[i][2] == setting]

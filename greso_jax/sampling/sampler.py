@@ -288,8 +288,8 @@ def lower_generate(model, prompts, *, num_samples: int, max_new_tokens, rng: jax
 
 
 def generate(model, prompts: list[list[int]], *, num_samples: int, max_new_tokens: int | Sequence[int],
-             rng: jax.Array, max_new_tokens_cap: int | None = None, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, eos_ids: Sequence[int] = (),
-             pad_id: int = 0, prompt_buckets: Sequence[int] | None = None,
+             rng: jax.Array, max_new_tokens_cap: int | None = None, temperature: float = 1.0, top_p: float = 1.0,
+             top_k: int = 0, eos_ids: Sequence[int] = (), pad_id: int = 0, prompt_buckets: Sequence[int] | None = None,
              row_buckets: Sequence[int] | None = None, min_compact_rows: int = 0, compact_shrink: float = 0.5,
              live_prompts: int = 0, mesh=None) -> SampleOutput:
     """Samples `num_samples` responses for each prompt; see `SampleOutput` for the fields.
