@@ -378,6 +378,12 @@ def test_refill_serves_a_prompt_bucket_with_one_program(checkpoint, prompts):
     assert compile_count() == compiled
     np.testing.assert_array_equal(more.tokens[:18], first.tokens)
     assert generate(model, prompts[:3], **kwargs).rows == bucket_at_least(6, DEFAULT_ROW_BUCKETS, "rows")  # no refill
+
+
+@pytest.mark.slow
+def test_refill_in_chunks(checkpoint, prompts):
+    _, model = checkpoint
+    kwargs = dict(num_samples=2, max_new_tokens=6, rng=jax.random.key(5), live_prompts=3)
     chunked = generate_in_chunks(model, prompts, max_rows_per_call=10, **kwargs)  # calls of 5 and 4 prompts
     parts = [generate(model, prompts[i:i + 5], **dict(kwargs, rng=jax.random.fold_in(kwargs["rng"], i // 5)))
              for i in (0, 5)]

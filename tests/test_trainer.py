@@ -51,6 +51,7 @@ def test_each_strategy_runs_three_steps(tmp_path, strategy, warm_policy):
         assert all(r["selection/skipped_hard"] == 0 and r["selection/passes"] == 1 for r in records[1:])
 
 
+@pytest.mark.slow
 def test_refill_trains_the_run_without_it(tmp_path, warm_policy):
     """Continuous batching changes how rows are scheduled, not what is sampled: rollout passes of 6
     prompts and evaluation through 2 lanes give the plain sampler's run, step by step."""
