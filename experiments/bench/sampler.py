@@ -131,8 +131,13 @@ def bench_greso(args, prompts, cfg_name):
                 settings[f"  + drain compaction x{shrink}"] = (
                     dict(live_prompts=lanes, min_compact_rows=args.min_compact_rows, compact_shrink=shrink),
                     prompts * args.refill_factor)
+        budgets = long_tail_budgets(len(prompts), args.new_tokens)
+        compiled_before = compile_count()
+        plain = generate(model, prompts, rng=jax.random.key(2),
+                         **dict(kwargs, max_new_tokens=budgets, max_new_tokens_cap=args.new_tokens))
+        assert compile_count() == compiled_before, "the budgets must reuse the no-EOS program"
         long_tail = dict(useful_tokens={}, slots={}, seconds={}, no_eos_seconds={}, rows_changed={}, compile_s={},
-                         budgets=long_tail_budgets(len(prompts), args.new_tokens))
+                         budgets=budgets)
         for name, (on, call_prompts) in settings.items():
             budgets = long_tail_budgets(len(call_prompts), args.new_tokens)
             tail_kwargs = dict(kwargs, max_new_tokens=budgets, max_new_tokens_cap=args.new_tokens)
@@ -144,7 +149,6 @@ def bench_greso(args, prompts, cfg_name):
             long_tail["useful_tokens"][name] = int(tail.lengths.sum())
             long_tail["slots"][name] = len(call_prompts) * args.group * args.new_tokens
             if call_prompts is prompts:  # the plain call of refill's longer prompt list would cost more than it
-                plain = generate(model, call_prompts, rng=jax.random.key(2), **tail_kwargs)
                 long_tail["rows_changed"][name] = int((tail.tokens != plain.tokens).any(axis=1).sum())
             long_tail["seconds"][name] = _best_time(
                 lambda: generate(model, call_prompts, rng=jax.random.key(3), **tail_kwargs, **on), args.repeats)
@@ -350,8 +354,8 @@ def main():
         print("ratio: useful tokens/s over the plain no-EOS tokens/s (every setting runs the same rows per "
               "decode step: refill's lanes x G = the plain call's rows); compile s: the first call of that "
               "program (nan: compiled earlier); rows changed: rows whose tokens differ from the plain "
-              "program's on the same call (float rounding of other matmul shapes; not run for refill's longer call, "
-              "which tests/test_sampler.py checks)")
+              "program's on the same call (float rounding of other matmul shapes; not run for refill's longer "
+              "call, which tests/test_sampler.py checks)")
     for note in notes:
         print(note)
 

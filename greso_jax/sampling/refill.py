@@ -22,7 +22,7 @@ import jax.numpy as jnp
 
 from greso_jax.sampling.kv_cache import Constraint, LayerCache, decode_step, empty_response_cache, prefill
 from greso_jax.sampling.shapes import Plan
-from greso_jax.sampling.token_sampling import SamplingMode, choose_tokens, row_keys
+from greso_jax.sampling.token_sampling import SamplingMode, choose_tokens, is_eos, row_keys
 
 
 class Lanes(NamedTuple):
@@ -66,9 +66,6 @@ def refill_program(model, prompt_ids, prompt_lengths, budgets, num_prompts, key,
     group, lanes, sizes = plan.group, plan.lanes, plan.compact_rows
     dropped = plan.rows  # an output row index past the end: scatters to it are dropped
 
-    def is_eos(tokens):
-        return jnp.any(tokens[:, None] == eos_ids[None, :], axis=-1)
-
     def load(state, lane_ids, prompt_index):
         """Prefills prompts prompt_index int32 [F] into lanes lane_ids [F] and draws their first tokens."""
         next_prompt, lanes_state, rows, out = state
@@ -82,7 +79,7 @@ def refill_program(model, prompt_ids, prompt_lengths, budgets, num_prompts, key,
         first, first_lp = choose_tokens(jnp.repeat(first_logits, group, axis=0), row_keys(key, 0, out_rows), mode,
                                         temperature, top_p)
         row_budgets = jnp.repeat(budgets[prompt_index], group)
-        ended = is_eos(first)
+        ended = is_eos(first, eos_ids)
         rows = LaneRows(rows.current.at[in_flight].set(first), rows.ended.at[in_flight].set(ended),
                         rows.done.at[in_flight].set(ended | (row_budgets <= 1)),
                         rows.lengths.at[in_flight].set(1), rows.budgets.at[in_flight].set(row_budgets))
@@ -93,16 +90,17 @@ def refill_program(model, prompt_ids, prompt_lengths, budgets, num_prompts, key,
                             prompt_cache, lanes_state.response_cache)
         return next_prompt, lanes_state, rows, out
 
-    def free_lanes(rows):
-        return rows.done.reshape(-1, group).all(axis=1)
+    def live_lanes(done):
+        """done bool [K*G] -> bool [K]: the lane has a row still decoding."""
+        return ~done.reshape(-1, group).all(axis=1)
 
     def can_refill(state):
         next_prompt, _, rows, _ = state
-        return (next_prompt < num_prompts) & free_lanes(rows).any()
+        return (next_prompt < num_prompts) & ~live_lanes(rows.done).all()
 
     def refill_one(state):
         next_prompt = state[0]
-        lane = jnp.argmax(free_lanes(state[2])).astype(jnp.int32)
+        lane = jnp.argmin(live_lanes(state[2].done)).astype(jnp.int32)  # the first free lane
         _, lanes_state, rows, out = load(state, lane[None], next_prompt[None])
         return next_prompt + 1, lanes_state, rows, out
 
@@ -118,23 +116,22 @@ def refill_program(model, prompt_ids, prompt_lengths, budgets, num_prompts, key,
         live = ~rows.done
         chosen = jnp.where(live, chosen, pad_id)
         lengths = rows.lengths + live.astype(jnp.int32)
-        ended = rows.ended | (live & is_eos(chosen))
+        ended = rows.ended | (live & is_eos(chosen, eos_ids))
         write = jnp.where(live, out_rows, dropped)
         out = CallOutputs(out.tokens.at[write, row_steps].set(chosen, mode="drop"),
                           out.logprobs.at[write, row_steps].set(chosen_lp, mode="drop"),
                           out.lengths.at[write].set(lengths, mode="drop"), out.ended.at[write].set(ended, mode="drop"))
         # A lane whose rows are all done stays at its step: its slot stays in range until it is refilled.
-        lane_live = live.reshape(-1, group).any(axis=1)
-        lanes_state = lanes_state._replace(step=lanes_state.step + lane_live.astype(jnp.int32),
+        lanes_state = lanes_state._replace(step=lanes_state.step + live_lanes(rows.done).astype(jnp.int32),
                                            response_cache=response_cache)
         rows = LaneRows(chosen, ended, ended | (lengths >= rows.budgets), lengths, rows.budgets)
         return next_prompt, lanes_state, rows, out
 
     def draining(state, leave_at):
         """Rows are live, and (leave_at given) more than leave_at lanes hold them."""
-        live = ~state[2].done
+        live = live_lanes(state[2].done)
         go = live.any()
-        return go if leave_at is None else go & (jnp.sum(live.reshape(-1, group).any(axis=1)) > leave_at)
+        return go if leave_at is None else go & (jnp.sum(live) > leave_at)
 
     def refill_then_decode(state):
         return one_token(jax.lax.while_loop(can_refill, refill_one, state))
@@ -143,7 +140,7 @@ def refill_program(model, prompt_ids, prompt_lengths, budgets, num_prompts, key,
         """The `size` lanes of the next drain segment: every lane with a live row first (the caller
         ensures at most `size`), then finished lanes as filler."""
         next_prompt, lanes_state, rows, out = state
-        order = jnp.argsort(free_lanes(rows), stable=True)[:size]
+        order = jnp.argsort(~live_lanes(rows.done), stable=True)[:size]
 
         def take(x):
             return constrain(jnp.take(x, order, axis=0))

@@ -28,7 +28,7 @@ from greso_jax.sampling.kv_cache import decode_step, empty_response_cache, prefi
 from greso_jax.sampling.refill import refill_program
 from greso_jax.sampling.shapes import (DEFAULT_PROMPT_BUCKETS, DEFAULT_ROW_BUCKETS, Plan, bucket_at_least,
                                       check_buckets, kv_cache_bytes, token_budgets)
-from greso_jax.sampling.token_sampling import SamplingMode, choose_tokens, mode_of, row_keys
+from greso_jax.sampling.token_sampling import SamplingMode, choose_tokens, is_eos, mode_of, row_keys
 from greso_jax.parallel import multihost
 
 _COMPILED: dict = {}  # program key -> jax.stages.Compiled
@@ -135,9 +135,6 @@ def _program(params, prompt_ids, prompt_lengths, budgets, key, temperature, top_
     row_ids = jnp.arange(rows, dtype=jnp.int32)
     row_budgets = jnp.repeat(budgets, group)
 
-    def is_eos(tokens):
-        return jnp.any(tokens[:, None] == eos_ids[None, :], axis=-1)
-
     prompt_cache, first_logits = prefill(model, prompt_ids, prompt_lengths, constrain)
     first, first_lp = choose_tokens(constrain(jnp.repeat(first_logits, group, axis=0)),
                                     row_keys(key, 0, row_ids), mode, temperature, top_p)
@@ -145,7 +142,7 @@ def _program(params, prompt_ids, prompt_lengths, budgets, key, temperature, top_
     logprobs = jnp.zeros((rows, steps), jnp.float32).at[:, 0].set(first_lp)
     response_cache = empty_response_cache(model, plan.prompt_rows, group, plan.response_slots, constrain)
     # `ended`: the row produced EOS; `done`: it produced EOS or spent its budget (then it only emits padding).
-    ended = is_eos(first)
+    ended = is_eos(first, eos_ids)
     state = (jnp.int32(1), first, ended, ended | (row_budgets <= 1), jnp.ones((rows,), jnp.int32), tokens, logprobs,
              response_cache)
 
@@ -171,7 +168,7 @@ def _program(params, prompt_ids, prompt_lengths, budgets, key, temperature, top_
                 tokens = tokens.at[ids, step].set(chosen, unique_indices=True)
                 logprobs = logprobs.at[ids, step].set(chosen_lp, unique_indices=True)
             lengths = lengths + (~done).astype(jnp.int32)
-            ended = ended | (~done & is_eos(chosen))
+            ended = ended | (~done & is_eos(chosen, eos_ids))
             return step + 1, chosen, ended, ended | (lengths >= budgets), lengths, tokens, logprobs, cache
 
         return jax.lax.while_loop(keep_going, one_token, state)
@@ -256,9 +253,9 @@ def _prepare(model, prompts, *, num_samples, max_new_tokens, max_new_tokens_cap,
     program = _program
     if plan.lanes:  # the number of real prompts is traced, so a refill program serves its whole prompt bucket
         program = _refill
-        # Every device may prefill any waiting prompt into its lanes: the prompts (small) are replicated.
-        in_shardings = (shardings,) + (replicated,) * 8
         args = args[:4] + (np.int32(len(prompts)),) + args[4:]
+        # Every device may prefill any waiting prompt into its lanes: the prompts (small) are replicated.
+        in_shardings = (shardings,) + (replicated,) * (len(args) - 1)
     args = multihost.put_tree(args, in_shardings)
     param_sig = tuple((a.shape, a.dtype, a.sharding) for a in jax.tree.leaves(args[0]))
     # The matmul precision in force is traced into the program, so it is part of what was compiled.

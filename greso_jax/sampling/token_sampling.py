@@ -87,6 +87,11 @@ def sample_inverse_cdf(probs, uniforms):
     return (block * width + _first_reaching(inner_cdf, inner, target)).astype(jnp.int32)
 
 
+def is_eos(tokens, eos_ids):
+    """tokens int32 [R], eos_ids int32 [E] -> bool [R]: the token is one of the EOS ids."""
+    return jnp.any(tokens[:, None] == eos_ids[None, :], axis=-1)
+
+
 def row_keys(key, step, row_ids):
     """One key per row [R] for this step: fold_in(fold_in(key, step), row). A row's draws depend
     only on (key, step, row index), not on how many padding rows the bucket added nor on when its
