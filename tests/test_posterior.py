@@ -118,6 +118,8 @@ def test_a_step_through_the_driver_and_a_state_round_trip():
 def test_settings_are_checked_naming_the_field():
     with pytest.raises(ConfigError, match="selection.posterior.decay"):
         _selector(decay=1.5)
+    with pytest.raises(ConfigError, match="selection.posterior.step_decay"):
+        _selector(step_decay=-0.1)
     with pytest.raises(ConfigError, match="selection.posterior.threshold"):
         _selector(threshold=0.01, threshold_min=0.05)
 
@@ -168,7 +170,7 @@ def test_unseen_prompts_borrow_their_levels_prior():
         np.array([160]))[0])
 
 
-def test_level_moments_survive_a_checkpoint_and_a_different_level_count_is_refused():
+def test_level_priors_survive_a_checkpoint_and_bad_levels_are_refused():
     selector = _levelled()
     state = selector.state_dict()
     restored = make_selector("posterior", num_prompts=200, group_size=8, seed=0, prompt_levels=np.repeat([0, 1], 100),
@@ -176,11 +178,42 @@ def test_level_moments_survive_a_checkpoint_and_a_different_level_count_is_refus
     restored.load_state_dict(state)
     ids = np.arange(200)
     np.testing.assert_array_equal(restored.keep_probabilities(ids), selector.keep_probabilities(ids))
-    other = make_selector("posterior", num_prompts=200, group_size=8, seed=0, settings={"threshold": 0.5})
-    with pytest.raises(ValueError, match=r"population must have shape \[1, 4\]"):
-        other.load_state_dict(state)
+    np.testing.assert_array_equal(np.stack(restored.prior()), np.stack(selector.prior()))
     with pytest.raises(ValueError, match="prompt_levels"):
         make_selector("posterior", num_prompts=200, group_size=8, seed=0, prompt_levels=np.zeros(5, int))
+
+
+def test_the_prior_is_fitted_to_the_pool_not_to_the_prompts_it_keeps_rolling_out():
+    # 200 prompts: 90 solved and 90 never solved, seen once; then only the 20 informative ones are rolled out,
+    # step after step, as a selector that skips the others would. The pool is still U-shaped.
+    selector = make_selector("posterior", num_prompts=200, group_size=8, seed=0, settings={"step_decay": 1.0})
+    selector.begin_step(1)
+    selector.observe_counts(np.arange(180), np.array([8] * 90 + [0] * 90), np.full(180, 8))
+    selector.end_step()
+    for step in range(2, 12):
+        selector.begin_step(step)
+        selector.observe_counts(np.arange(180, 200), np.full(20, 4), np.full(20, 8))
+        selector.end_step()
+    selector.begin_step(12)
+    (alpha,), (beta,) = selector.prior()
+    assert alpha + beta < 0.5  # fitted to the rolled-out groups it would be near Beta(inf, inf) at 1/2
+    assert selector.zero_variance_chances(np.array([0]))[0] > 0.85
+
+
+def test_step_decay_ages_every_prompts_evidence_toward_the_prior():
+    selector = make_selector("posterior", num_prompts=4, group_size=8, seed=0, settings={"step_decay": 0.5})
+    selector.begin_step(1)
+    selector.observe_counts(np.array([0, 1]), np.array([8, 3]), np.array([8, 8]))
+    selector.end_step()
+    np.testing.assert_array_equal(selector.correct, [8, 3, 0, 0])
+    selector.begin_step(2)  # nothing rolled out: the evidence still halves
+    np.testing.assert_array_equal(selector.correct, [4, 1.5, 0, 0])
+    np.testing.assert_array_equal(selector.incorrect, [0, 2.5, 0, 0])
+    kept = make_selector("posterior", num_prompts=4, group_size=8, seed=0, settings={"step_decay": 1.0})
+    kept.begin_step(1)
+    kept.observe_counts(np.array([0, 1]), np.array([8, 3]), np.array([8, 8]))
+    kept.begin_step(2)
+    np.testing.assert_array_equal(kept.correct, [8, 3, 0, 0])
 
 
 def test_known_rate_is_the_posterior_rule_on_the_true_rates_and_only_for_the_simulator():

@@ -5,19 +5,29 @@ Choices (docs/design.md, "Posterior"):
 - Evidence: per prompt, decayed counts of correct and incorrect responses, float32 each (8 bytes
   per prompt). At each new rollout of a prompt its earlier counts are multiplied by `decay`
   before the new group's are added, so a prompt the policy has moved on from is re-learnt in one
-  or two rollouts; decay 1 never forgets.
-- Prior: fitted to the population (empirical Bayes, `fit_prior`): the Beta whose beta-binomial
-  matches the mean and variance of the success fraction of the groups rolled out so far (decayed
-  per step, so it follows training). Real prompt sets are U-shaped (most prompts nearly always or
-  nearly never solved), and a uniform prior cannot say so: after one all-correct group of 8 it
-  predicts another with chance 0.53, where the fitted prior of such a population says ~0.9.
-  Until `_MIN_PRIOR_GROUPS` groups are seen, and with fit_prior off, Beta(prior_alpha,
-  prior_beta).
+  or two rollouts; decay 1 never forgets. At the start of every step all counts are multiplied
+  by `step_decay` as well, rolled out or not: a prompt skipped for long drifts back toward its
+  prior and is eventually re-tried, which finds the prompts that became learnable (or that the
+  policy unlearnt) while they were skipped. 0.995 (half-life ~140 steps) raised skip precision
+  and coverage in the selection simulator at equal efficiency (5,000 prompts x 600 steps, no
+  levels: 0.776 / 0.620 against 0.718 / 0.507 without it).
+- Prior: fitted to the pool (empirical Bayes, `fit_prior`): the Beta whose beta-binomial matches
+  the mean and variance of the success fractions of every prompt with evidence, each prompt once,
+  at the start of each step. Real prompt sets are U-shaped (most prompts nearly always or nearly
+  never solved), and a uniform prior cannot say so: after one all-correct group of 8 it predicts
+  another with chance 0.53, where the fitted prior of such a population says ~0.9. The fit is to
+  the pool's evidence, not to the groups rolled out: the selector rolls out mostly prompts it
+  predicts informative, so recent groups over-represent the middle, and a prior fitted to them
+  (an earlier version) came out flat, Beta(~1.3, ~1.2), and under-predicted the solved and
+  unsolved prompts it exists to skip; fitted to the pool it is Beta(~0.15, ~0.15) on the same run
+  (selection simulator, 5,000 prompts x 600 steps: 0.757 of the oracle's saving over DS before,
+  0.786 after, with step_decay). Until `_MIN_PRIOR_PROMPTS` prompts have evidence, and with
+  fit_prior off, Beta(prior_alpha, prior_beta).
 - Level priors (`level_prior`): when the data labels prompts with a level (the arithmetic pools'
-  difficulty; `prompt_levels`, -1 for none), each level with `_MIN_PRIOR_GROUPS` groups seen gets
-  its own fitted prior, and its prompts use it instead of the population's: a prompt of a level
-  the policy has mastered is predicted all-correct before its first rollout, and one with
-  evidence is shrunk toward its level rather than toward the whole pool.
+  difficulty; `prompt_levels`, -1 for none), each level with `_MIN_PRIOR_PROMPTS` prompts seen gets
+  its own prior, fitted to its own prompts' evidence, and its prompts use it instead of the
+  population's: a prompt of a level the policy has mastered is predicted all-correct before its
+  first rollout, and one with evidence is shrunk toward its level rather than toward the pool.
 - Unseen prompts: a prompt without evidence is kept unless its level's prior predicts a
   zero-variance group (then `explore`, as any predicted one). Without a level prior it is always
   kept: the population's prediction says nothing about one prompt, so every prompt is tried once.
@@ -26,8 +36,8 @@ Choices (docs/design.md, "Posterior"):
   G ratios (no sampling): E[p^G] = prod_{i<G} (a+i)/(a+b+i). A prompt never rolled out has the
   prior's chance.
 - Keep rule: probability 1 when the predicted chance is below the threshold, else `explore`,
-  the floor that keeps re-testing skipped prompts (a prompt's prediction only changes when it is
-  rolled out). Draws are counter-based, keyed by (seed, stream, step) x (prompt, occurrence
+  the floor that keeps re-testing skipped prompts (between rollouts a prompt's prediction moves
+  only with step_decay and its prior). Draws are counter-based, keyed by (seed, stream, step) x (prompt, occurrence
   epoch), as GRESO's, so resume and every host decide the same.
 - Supply floor (`min_keep_share`): the threshold in force is never below the chance that keeps
   that share of the pool (the `min_keep_share` quantile of all prompts' predicted chances, fixed
@@ -71,8 +81,7 @@ from greso_jax.specs import BOOL, FLOAT, ConfigError, Spec, field
 _KEEP_STREAM = 3  # counter_rng stream of the keep decisions (GRESO uses 1; MoPPS, never in the same run, 3 too)
 _UNIT = Spec(FLOAT, 0, 1)
 _CALIBRATION_MEMORY = 0.8  # weight of earlier passes in the running observed / predicted ratio
-_POPULATION_MEMORY = 0.9  # weight of earlier steps in the population moments the prior is fitted to
-_MIN_PRIOR_GROUPS = 32  # groups seen before the fitted prior replaces the configured one
+_MIN_PRIOR_PROMPTS = 32  # prompts with evidence before a fitted prior replaces the configured one
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +95,8 @@ class PosteriorSettings(StrategySettings):
     prior_beta: float = field(1.0, Spec(FLOAT, 0, low_open=True), "Beta prior pseudo-count of incorrect responses")
     decay: float = field(0.7, _UNIT, "weight a prompt's earlier evidence keeps at each new rollout of it "
                          "(1: never forget)")
+    step_decay: float = field(0.995, _UNIT, "weight all evidence keeps at each training step, rolled out or not "
+                              "(1: only rollouts forget)")
     explore: float = field(0.005, _UNIT, "keep probability of a prompt predicted zero-variance (re-exploration)")
     threshold: float = field(0.5, _UNIT, "initial skip threshold on the predicted chance of a zero-variance group")
     threshold_step: float = field(0.02, _UNIT, "change of the threshold after a step (the main ablation knob)")
@@ -121,7 +132,7 @@ class PosteriorSelector(DynamicSamplingSelector):
     uses_prompt_levels = True
 
     def __init__(self, num_prompts: int, *, fit_prior: bool = True, prior_alpha: float = 1.0, prior_beta: float = 1.0,
-                 decay: float = 0.7,
+                 decay: float = 0.7, step_decay: float = 0.995,
                  explore: float = 0.005, threshold: float = 0.5, threshold_step: float = 0.02,
                  threshold_min: float = 0.05, target_zero_variance: float = 0.15, min_keep_share: float = 0.2,
                  level_prior: bool = True,
@@ -130,8 +141,8 @@ class PosteriorSelector(DynamicSamplingSelector):
         super().__init__(num_prompts, pass_sizing="adaptive", group_size=group_size, pass_config=pass_config,
                          seed=seed)
         self.settings = PosteriorSettings(
-            fit_prior=fit_prior, prior_alpha=prior_alpha, prior_beta=prior_beta, decay=decay, explore=explore,
-            threshold=threshold, threshold_step=threshold_step, threshold_min=threshold_min,
+            fit_prior=fit_prior, prior_alpha=prior_alpha, prior_beta=prior_beta, decay=decay, step_decay=step_decay,
+            explore=explore, threshold=threshold, threshold_step=threshold_step, threshold_min=threshold_min,
             target_zero_variance=target_zero_variance, min_keep_share=min_keep_share, level_prior=level_prior,
             pass_margin=pass_margin,
             max_pass_factor=max_pass_factor).checked("selection.posterior")
@@ -144,9 +155,6 @@ class PosteriorSelector(DynamicSamplingSelector):
         self.incorrect = np.zeros(self.num_prompts, np.float32)
         self.step_informed = 0  # rolled-out groups whose prompt had evidence before the rollout
         self._train_batch_size = 1  # set by each step's first_pass
-        # Decayed (groups, sum of success fractions, sum of their squares, sum of group sizes) seen so
-        # far: row 0 the whole population, row l + 1 the prompts of level l.
-        self.population = np.zeros((self.num_levels, 4), np.float64)
         self._prior = self.fitted_prior()
         self._supply_threshold = 0.0  # the floor min_keep_share puts under the threshold this step
 
@@ -154,6 +162,9 @@ class PosteriorSelector(DynamicSamplingSelector):
 
     def begin_step(self, step: int, *, epoch: int = 0) -> None:
         super().begin_step(step, epoch=epoch)
+        if self.settings.step_decay < 1:
+            self.correct *= np.float32(self.settings.step_decay)
+            self.incorrect *= np.float32(self.settings.step_decay)
         self._prior = self.fitted_prior()  # fixed for the step, as the threshold: decisions do not change mid-step
         self._supply_threshold = self.supply_threshold()
 
@@ -182,16 +193,16 @@ class PosteriorSelector(DynamicSamplingSelector):
         return alpha[levels], beta[levels]
 
     def fitted_prior(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(alpha, beta, own) per level index ([num_levels] each): index 0 fitted to the whole
-        population's moments so far, each level's to its own once it has enough groups (own True),
-        else the population's; the configured prior until then or with fit_prior off."""
+        """(alpha, beta, own) per level index ([num_levels] each): index 0 fitted to the evidence of
+        every prompt, each level's to its own prompts' once enough have evidence (own True), else
+        the population's; the configured prior until then or with fit_prior off."""
         s = self.settings
         alpha = np.full(self.num_levels, s.prior_alpha, np.float64)
         beta = np.full(self.num_levels, s.prior_beta, np.float64)
         own = np.zeros(self.num_levels, bool)
         if not s.fit_prior:
             return alpha, beta, own
-        for level, moments in enumerate(self.population):
+        for level, moments in enumerate(self.pool_moments()):
             fitted = _fit_beta(moments) if level == 0 or s.level_prior else None
             if fitted is not None:
                 alpha[level], beta[level] = fitted
@@ -199,6 +210,21 @@ class PosteriorSelector(DynamicSamplingSelector):
             elif level > 0:
                 alpha[level], beta[level] = alpha[0], beta[0]
         return alpha, beta, own
+
+    def pool_moments(self) -> np.ndarray:
+        """float64 [num_levels, 4]: per level index (0: every prompt), over the prompts with evidence,
+        (count, sum of success fractions, sum of their squares, sum of 1 / evidence size)."""
+        size = self.correct.astype(np.float64) + self.incorrect
+        seen = size > 0
+        fraction = self.correct[seen] / size[seen]
+        terms = np.stack([np.ones_like(fraction), fraction, np.square(fraction), 1.0 / size[seen]], axis=1)
+        moments = np.zeros((self.num_levels, 4), np.float64)
+        moments[0] = terms.sum(axis=0)
+        if self.num_levels > 1:
+            levels = self.level_index[seen]
+            for column in range(4):
+                moments[1:, column] = np.bincount(levels, terms[:, column], self.num_levels)[1:]
+        return moments
 
     def zero_variance_chances(self, prompt_ids) -> np.ndarray:
         """Predicted chance that each prompt's next group is zero-variance, float64 [N]."""
@@ -272,10 +298,6 @@ class PosteriorSelector(DynamicSamplingSelector):
         if predicted > 0:
             m = _CALIBRATION_MEMORY
             self.calibration = m * self.calibration + (1 - m) * observed / predicted
-        fractions = num_correct / num_samples
-        moments = np.stack([np.ones_like(fractions), fractions, np.square(fractions), num_samples], axis=1)
-        self.population[0] += moments.sum(axis=0)
-        np.add.at(self.population, self.level_index[ids], moments * (self.level_index[ids] > 0)[:, None])
         decay = np.float32(self.settings.decay)
         for row, prompt in enumerate(ids):  # in rollout order: a prompt may appear twice in one call
             self.correct[prompt] = decay * self.correct[prompt] + num_correct[row]
@@ -287,7 +309,6 @@ class PosteriorSelector(DynamicSamplingSelector):
         self.step_predicted_kept = self.step_predicted_kept_zero_variance = 0
 
     def _adapt(self) -> None:
-        self.population *= _POPULATION_MEMORY
         if self.step_predicted_kept == 0 or 2 * self.step_informed < self.step_groups:
             return
         ratio = self.step_predicted_kept_zero_variance / self.step_predicted_kept
@@ -307,18 +328,12 @@ class PosteriorSelector(DynamicSamplingSelector):
         return {"threshold": self.threshold, "calibration": self.calibration, "step_informed": self.step_informed,
                 "step_predicted_kept": self.step_predicted_kept,
                 "step_predicted_kept_zero_variance": self.step_predicted_kept_zero_variance,
-                "correct": self.correct.copy(), "incorrect": self.incorrect.copy(),
-                "population": self.population.copy()}
+                "correct": self.correct.copy(), "incorrect": self.incorrect.copy()}
 
     def _load_history_state(self, state: dict[str, Any]) -> None:
         for name in ("correct", "incorrect"):
             setattr(self, name, self._loaded_prompt_array(state, name, np.float32, counts=True))
-        population = np.asarray(state["population"], np.float64)
-        if population.shape != (self.num_levels, 4):
-            raise ValueError(f"posterior.load_state_dict: population must have shape [{self.num_levels}, 4] "
-                             f"(one row per level index of this run's data), got {population.shape}")
-        self.population = population.copy()
-        self._prior = self.fitted_prior()  # what begin_step computed from the same moments
+        self._prior = self.fitted_prior()  # begin_step computed it from the same evidence
         self.threshold = float(state["threshold"])
         self._supply_threshold = self.supply_threshold()  # from the restored evidence, as begin_step did
         self.calibration = float(state["calibration"])
@@ -339,15 +354,15 @@ def _level_index(prompt_levels, num_prompts: int) -> np.ndarray:
 
 
 def _fit_beta(moments: np.ndarray) -> tuple[float, float] | None:
-    """The Beta whose beta-binomial matches decayed moments (groups, sum of success fractions, sum of
-    their squares, sum of group sizes); None before `_MIN_PRIOR_GROUPS` groups."""
-    groups, total, squares, sizes = moments
-    if groups < _MIN_PRIOR_GROUPS:
+    """The Beta whose beta-binomial matches `pool_moments` of one level (prompts, sum of success
+    fractions, sum of their squares, sum of 1 / evidence size); None before `_MIN_PRIOR_PROMPTS` prompts."""
+    prompts, total, squares, inverse_sizes = moments
+    if prompts < _MIN_PRIOR_PROMPTS:
         return None
-    mean = min(max(total / groups, 1e-3), 1 - 1e-3)
-    variance = max(squares / groups - mean ** 2, 0.0)
-    n = max(sizes / groups, 2.0)
-    # Beta-binomial: Var(k/n) = m(1-m)(1 + (n-1) rho) / n with rho = 1 / (alpha + beta + 1).
-    rho = min(max((n * variance / (mean * (1 - mean)) - 1) / (n - 1), 1e-3), 0.999)
+    mean = min(max(total / prompts, 1e-3), 1 - 1e-3)
+    variance = max(squares / prompts - mean ** 2, 0.0)
+    noise = min(inverse_sizes / prompts, 0.5)  # the binomial share 1/n, averaged over unequal sizes
+    # Beta-binomial: Var(k/n) = m(1-m)(1/n + (1 - 1/n) rho) with rho = 1 / (alpha + beta + 1).
+    rho = min(max((variance / (mean * (1 - mean)) - noise) / (1 - noise), 1e-3), 0.999)
     strength = 1 / rho - 1
     return mean * strength, (1 - mean) * strength
