@@ -89,6 +89,28 @@ def test_passes_are_sized_from_the_predicted_informative_rate():
                          settings={"max_pass_factor": 1.0}).first_pass(20).pull == 20
 
 
+def test_in_the_first_epoch_passes_are_sized_from_the_prompts_not_yet_met():
+    # 100 of 200 prompts rolled out (all mixed: predicted informative); the other 100 unseen, at the
+    # uniform prior's 1 - 2/9 = 7/9. In epoch 0 the stream yields the unseen ones next.
+    selector = make_selector("posterior", num_prompts=200, group_size=8, seed=0,
+                             settings={"fit_prior": False, "step_decay": 1.0, "threshold": 0.9})
+    selector.begin_step(1, epoch=0)
+    selector.observe_counts(np.arange(100), np.full(100, 4), np.full(100, 8))
+    selector.end_step()
+    calibration = selector.calibration
+    seen = 1.0 - selector.zero_variance_chances(np.array([0]))[0]
+    unseen = 7 / 9
+    selector.begin_step(2, epoch=0)
+    assert selector.prompts_to_pull(70) == pytest.approx(70 / (unseen * calibration))
+    # More than the unseen prompts can supply: all of them, then the rest at the whole pool's rate.
+    supply = 100 * unseen * calibration
+    pool_rate = (seen + unseen) / 2 * calibration
+    assert selector.prompts_to_pull(120) == pytest.approx(100 + (120 - supply) / pool_rate)
+    selector.end_step()
+    selector.begin_step(3, epoch=1)  # a new shuffle: every prompt may come next
+    assert selector.prompts_to_pull(70) == pytest.approx(70 / pool_rate)
+
+
 def test_a_step_through_the_driver_and_a_state_round_trip():
     selector = make_selector("posterior", num_prompts=50, group_size=4, seed=1)
     rng = np.random.default_rng(0)

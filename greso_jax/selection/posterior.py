@@ -60,7 +60,10 @@ Choices (docs/design.md, "Posterior"):
   to predicted informative groups (the prediction's calibration, 1 until measured). A pass pulls
   ceil(missing / rate * pass_margin) prompts, between selection.min_pass_size and
   max_pass_factor x train_batch_size. The first pass of a step is sized the same way (not
-  selection.rollout_batch_size).
+  selection.rollout_batch_size). In the first epoch the prompts ahead are the unseen ones (the
+  others were met already), so they are counted first (`prompts_to_pull`): sized from the whole
+  pool, the first epoch of the headline population took 2.85 passes per step, against 1.75
+  (100 steps without levels: 1.53 passes per step overall, now 1.31).
 - Filtering: groups without reward variance are dropped after rollout, as Dynamic Sampling does.
 """
 
@@ -255,18 +258,31 @@ class PosteriorSelector(DynamicSamplingSelector):
         ids = check_prompt_ids(prompt_ids, self.num_prompts, "posterior.should_keep")
         return self.occurrence_uniforms(ids, epochs, _KEEP_STREAM) < self.keep_probabilities(ids)
 
-    def predicted_informative_rate(self) -> float:
-        """Expected share of informative groups among the prompts the stream will keep next, calibrated."""
+    def prompts_to_pull(self, wanted: float) -> float:
+        """Expected kept prompts the stream must yield for `wanted` informative groups (calibrated).
+
+        The stream yields prompts in a random order, so the kept ones ahead are, in expectation, the
+        keep-weighted pool. In the first epoch they are not: every prompt with evidence has already
+        been met, and the stream yields the unseen ones until the epoch ends, so those are counted
+        first and the whole pool only for what they cannot supply."""
         ids = np.arange(self.num_prompts)
         chances = self.zero_variance_chances(ids)
         keep = self._keep_given(ids, chances)  # every pass sizes from all prompts: compute the chances once
-        informative = np.sum(keep * (1.0 - chances)) / max(np.sum(keep), 1e-12)
-        return float(np.clip(informative * self.calibration, 1e-3, 1.0))
+        informative = keep * (1.0 - chances) * self.calibration
+        prompts = 0.0
+        if self.epoch == 0:
+            ahead = ~self.has_evidence(ids)
+            supply = float(np.sum(informative[ahead]))
+            if supply >= wanted:
+                return wanted * float(np.sum(keep[ahead])) / supply
+            prompts, wanted = float(np.sum(keep[ahead])), wanted - supply
+        rate = float(np.clip(np.sum(informative) / max(np.sum(keep), 1e-12), 1e-3, 1.0))
+        return prompts + wanted / rate
 
     # -- the step shape ------------------------------------------------------------------------
 
     def _pass_size(self, missing: int, train_batch_size: int) -> int:
-        wanted = math.ceil(missing * self.settings.pass_margin / self.predicted_informative_rate())
+        wanted = math.ceil(self.prompts_to_pull(missing * self.settings.pass_margin))
         largest = max(self.pass_config.min_pass_size, math.ceil(self.settings.max_pass_factor * train_batch_size))
         return min(max(wanted, self.pass_config.min_pass_size), largest)
 
