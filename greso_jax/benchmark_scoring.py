@@ -44,12 +44,11 @@ def summarize(correct_pk: np.ndarray, k: int | None = None) -> dict[str, float]:
 
 def sample_and_grade(model, tokenizer, rows: Sequence, *, template: str, num_samples: int, temperature: float,
                      top_p: float, max_new_tokens: int, seed: int, pool, max_prompt_length: int,
-                     prompt_buckets=None, row_buckets=None, min_compact_rows: int = 0, compact_shrink: float = 0.5,
-                     live_prompts: int = 0, batch_prompts: int = 128,
+                     prompt_buckets=None, row_buckets=None, schedule: dict | None = None, batch_prompts: int = 128,
                      mesh=None) -> np.ndarray:
     """Samples `num_samples` responses per row and grades them; returns correct bool [P, K].
     Prompts longer than max_prompt_length are graded as wrong (counted, not dropped, so that
-    benchmarks keep their size)."""
+    benchmarks keep their size). schedule: `from_config.decode_schedule` (None: generate's defaults)."""
     prompts = [tokenizer.encode(format_prompt(row, template, tokenizer)) for row in rows]
     correct = np.zeros((len(rows), num_samples), bool)
     key = jax.random.PRNGKey(seed)
@@ -60,8 +59,7 @@ def sample_and_grade(model, tokenizer, rows: Sequence, *, template: str, num_sam
         out = generate(model, [prompts[i] for i in chunk], num_samples=num_samples, max_new_tokens=max_new_tokens,
                        rng=jax.random.fold_in(key, start), temperature=temperature, top_p=top_p,
                        eos_ids=tokenizer.eos_ids, pad_id=tokenizer.pad_id, prompt_buckets=prompt_buckets,
-                       row_buckets=row_buckets, min_compact_rows=min_compact_rows,
-                       compact_shrink=compact_shrink, live_prompts=live_prompts, mesh=mesh)
+                       row_buckets=row_buckets, mesh=mesh, **(schedule or {}))
         texts = [tokenizer.decode(out.tokens[r, :out.lengths[r]]) for r in range(len(chunk) * num_samples)]
         golds = [rows[i].ground_truth for i in chunk for _ in range(num_samples)]
         sources = [rows[i].data_source for i in chunk for _ in range(num_samples)]

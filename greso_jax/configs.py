@@ -76,6 +76,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.sampling.min_compact_rows = 0  # >0: decode moves the live rows into R/2, R/4, ... rows, down to this many
     c.sampling.compact_shrink = 0.5  # each compaction segment's rows over the one before's
     c.sampling.live_prompts = 0  # >0: continuous batching, this many prompts' groups in flight (refill)
+    c.sampling.response_chunks = 4  # decode reads only the response-cache chunks written so far
 
     c.rl = ml_collections.ConfigDict()
     c.rl.group_size = 8
@@ -211,6 +212,7 @@ FIELD_SPECS: dict[str, Spec] = {
     "sampling.min_compact_rows": Spec(INT, 0),
     "sampling.compact_shrink": Spec(FLOAT, 0, 1, low_open=True, check=lambda v: "must be < 1" if v >= 1 else None),
     "sampling.live_prompts": Spec(INT, 0),
+    "sampling.response_chunks": Spec(INT, 1),
     "rl.group_size": GROUP_SIZE_SPEC,
     "rl.advantage": Spec(STR, choices=ADVANTAGE_ESTIMATORS),
     "rl.loss_aggregation": Spec(STR, choices=LOSS_AGGREGATIONS),

@@ -24,6 +24,7 @@ from greso_jax import configs
 from greso_jax.benchmark_scoring import EVAL_SEED_OFFSET as TRAINER_EVAL_SEED_OFFSET
 from greso_jax.benchmark_scoring import sample_and_grade, summarize
 from greso_jax.checkpoint import CHECKPOINTS_FOLDER, CheckpointError, choose_restore_step, read_step_meta, step_damage
+from greso_jax.from_config import decode_schedule
 from greso_jax.paper_setups import PAPER_BENCHMARKS
 from greso_jax.run_dir import with_todays_defaults
 
@@ -231,10 +232,7 @@ def evaluate(checkpoint: str, *, config=None, benchmarks: Sequence[str] | None =
                 seed=settings.seed, pool=pool, max_prompt_length=settings.max_prompt_length,
                 prompt_buckets=tuple(config.sampling.prompt_length_buckets),
                 row_buckets=tuple(config.sampling.row_buckets),
-                min_compact_rows=int(config.sampling.min_compact_rows),
-                compact_shrink=float(config.sampling.compact_shrink),
-                live_prompts=int(config.sampling.live_prompts), batch_prompts=batch_prompts,
-                mesh=mesh)
+                schedule=decode_schedule(config), batch_prompts=batch_prompts, mesh=mesh)
             metrics = benchmark_metrics(correct, settings.pass_k)
             metrics["prompts_too_long"] = sum(
                 len(tokenizer.encode(format_prompt(row, settings.template, tokenizer))) > settings.max_prompt_length

@@ -44,14 +44,21 @@ def learner_from_config(model, config, mesh: Mesh | None = None, *, reference_mo
                    reference_model=reference_model)
 
 
+def decode_schedule(config) -> dict:
+    """`sampling.generate` keyword arguments that schedule the decode's rows and cache (compaction,
+    refill, response-cache chunks) without changing what is sampled: every caller passes them whole."""
+    s = config.sampling
+    return {"min_compact_rows": int(s.min_compact_rows), "compact_shrink": float(s.compact_shrink),
+            "live_prompts": int(s.live_prompts), "response_chunks": int(s.response_chunks)}
+
+
 def sampling_kwargs(config) -> dict:
     """The keyword arguments the trainer passes to generation (`sampling.generate_in_chunks`)."""
     s = config.sampling
     return {"max_new_tokens": int(s.max_new_tokens), "temperature": float(s.temperature), "top_p": float(s.top_p),
             "top_k": int(s.top_k), "prompt_buckets": tuple(s.prompt_length_buckets),
             "row_buckets": tuple(s.row_buckets), "max_rows_per_call": int(s.max_rows_per_call),
-            "min_compact_rows": int(s.min_compact_rows), "compact_shrink": float(s.compact_shrink),
-            "live_prompts": int(s.live_prompts)}
+            **decode_schedule(config)}
 
 
 def selector_from_config(config, num_prompts: int, prompt_levels=None) -> selection.Selector:

@@ -18,6 +18,7 @@ from greso_jax.benchmark_scoring import EVAL_SEED_OFFSET, sample_and_grade
 from greso_jax.checkpoint import restore_params
 from greso_jax.data import arith
 from greso_jax.data.prompts import format_prompt
+from greso_jax.from_config import decode_schedule
 from greso_jax.models import (PRESETS, CharTokenizer, HFTokenizer, ModelConfig, abstract_model, from_pretrained,
                               init_model, param_shardings, place_on_mesh)
 from greso_jax.models.weights import read_model_config
@@ -100,8 +101,7 @@ def accuracy_band(config, tokenizer, rows) -> AccuracyBand:
                 temperature=settings["temperature"], top_p=1.0, max_new_tokens=s.max_new_tokens,
                 seed=settings["seed"], pool=pool, max_prompt_length=d.max_prompt_length,
                 prompt_buckets=tuple(s.prompt_length_buckets), row_buckets=tuple(s.row_buckets),
-                min_compact_rows=int(s.min_compact_rows), compact_shrink=float(s.compact_shrink),
-                live_prompts=int(s.live_prompts))
+                schedule=decode_schedule(config))
         return float(correct.mean())
 
     return AccuracyBand(low=t.warmstart_accuracy_low, high=t.warmstart_accuracy_high,

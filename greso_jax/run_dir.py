@@ -33,7 +33,8 @@ MAY_CHANGE = ("train.num_steps", "train.quiet", "train.host_check_every_steps", 
               "data.data_dir",  # where a named data set is found; which set it is stays data.dataset
               "train.warmstart_cache_dir",  # where the warm start is cached; its key says what it is
               "sampling.max_rows_per_call", "sampling.prompt_length_buckets", "sampling.row_buckets",
-              "sampling.min_compact_rows", "sampling.compact_shrink", "sampling.live_prompts")
+              "sampling.min_compact_rows", "sampling.compact_shrink", "sampling.live_prompts",
+              "sampling.response_chunks")
 
 
 class RunDirError(ConfigError):

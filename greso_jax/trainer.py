@@ -21,8 +21,8 @@ from greso_jax.checkpoint import Checkpointer, checkpoint_dir, restore_run_state
 from greso_jax.compile_time import SectionTimers
 from greso_jax.configs import validate
 from greso_jax.data.pipeline import PromptPipeline
-from greso_jax.from_config import (learner_from_config, prompt_levels, rows_from_config, sampling_kwargs,
-                                   selector_from_config)
+from greso_jax.from_config import (decode_schedule, learner_from_config, prompt_levels, rows_from_config,
+                                   sampling_kwargs, selector_from_config)
 from greso_jax.metrics import MetricsWriter, Progress, format_table, plot_run, run_summary
 from greso_jax.parallel import multihost
 from greso_jax.parallel.sharding import mesh_from_config
@@ -180,8 +180,7 @@ class Trainer:
                 num_samples=c.eval.num_samples, temperature=c.eval.temperature, top_p=c.eval.top_p,
                 max_new_tokens=c.eval.max_new_tokens or g["max_new_tokens"], seed=c.seed + EVAL_SEED_OFFSET,
                 pool=self.pool, max_prompt_length=c.data.max_prompt_length, prompt_buckets=g["prompt_buckets"],
-                row_buckets=g["row_buckets"], min_compact_rows=g["min_compact_rows"],
-                compact_shrink=g["compact_shrink"], live_prompts=g["live_prompts"], mesh=self.mesh)
+                row_buckets=g["row_buckets"], schedule=decode_schedule(c), mesh=self.mesh)
             summary = summarize(correct)
             out.update({f"eval/{name}/{k}": v for k, v in summary.items()})
             means.append(summary[f"avg@{c.eval.num_samples}"])

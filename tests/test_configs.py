@@ -39,6 +39,7 @@ BAD_CASES = [
     ("sampling.temperature", -0.1),
     ("sampling.prompt_length_buckets", (64, 32)),
     ("sampling.live_prompts", -1),
+    ("sampling.response_chunks", 0),
     ("mesh.fsdp", 0),
     ("model.dtype", "float8"),
     ("model.preset", "gpt-5"),

@@ -32,7 +32,8 @@ def test_sampling_kwargs():
         "max_new_tokens": c.sampling.max_new_tokens, "temperature": 1.0, "top_p": 1.0, "top_k": 5,
         "prompt_buckets": tuple(c.sampling.prompt_length_buckets), "row_buckets": tuple(c.sampling.row_buckets),
         "max_rows_per_call": 64, "min_compact_rows": c.sampling.min_compact_rows,
-        "compact_shrink": c.sampling.compact_shrink, "live_prompts": c.sampling.live_prompts}
+        "compact_shrink": c.sampling.compact_shrink, "live_prompts": c.sampling.live_prompts,
+        "response_chunks": c.sampling.response_chunks}
 
 
 def test_the_datas_levels_reach_the_strategies_that_use_them():

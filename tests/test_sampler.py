@@ -1,5 +1,6 @@
 """The JIT group sampler against transformers and against the model's own full forward pass."""
 
+import functools
 import re
 
 import jax
@@ -13,7 +14,7 @@ from greso_jax.models import PRESETS, from_pretrained, init_model
 from greso_jax.parallel import multihost
 from greso_jax.sampling import compile_count, generate, generate_in_chunks, lower_generate
 from greso_jax.sampling.compaction import segment_rows
-from greso_jax.sampling.shapes import DEFAULT_ROW_BUCKETS, bucket_at_least
+from greso_jax.sampling.shapes import DEFAULT_ROW_BUCKETS, Plan, bucket_at_least
 
 VOCAB = 97
 PROMPT_LENGTHS = [3, 17, 9, 1, 12, 5, 20, 7, 14]
@@ -390,6 +391,36 @@ def test_refill_in_chunks(checkpoint, prompts):
     np.testing.assert_array_equal(chunked.tokens, np.concatenate([p.tokens for p in parts]))
 
 
+@pytest.mark.parametrize("temperature", [0.0, pytest.param(1.0, marks=pytest.mark.slow)])
+def test_response_chunks_give_the_one_chunk_programs_rows(checkpoint, prompts, temperature):
+    _, model = checkpoint
+    budgets = [64, 1, 5, 40, 12, 3, 64, 8, 20]
+    kwargs = dict(num_samples=2, max_new_tokens=budgets, rng=jax.random.key(31), temperature=temperature)
+    eos = _tail_eos(model, prompts, kwargs)
+    whole = generate(model, prompts, eos_ids=(eos,), response_chunks=1, **kwargs)
+    assert (~whole.truncated & (whole.lengths < np.repeat(budgets, 2))).any(), "rows stopped by EOS"
+    # 63 response slots: 4 chunks asked, 3 given (none under 16 slots).
+    chunked = generate(model, prompts, eos_ids=(eos,), response_chunks=4, **kwargs)
+    for field in ("tokens", "lengths", "truncated"):
+        np.testing.assert_array_equal(getattr(chunked, field), getattr(whole, field))
+    np.testing.assert_allclose(chunked.logprobs, whole.logprobs, atol=1e-5, rtol=0)
+    assert chunked.kv_cache_bytes == whole.kv_cache_bytes  # the chunks add up to the one cache
+    _check_logprobs(model, prompts, chunked, temperature)
+    cfg = model.cfg
+    lowered = lower_generate(model, prompts, eos_ids=(eos,), response_chunks=4, **kwargs).as_text()
+    assert f"tensor<12x2x{cfg.num_kv_heads}x21x{cfg.head_dim}xf32>" in lowered
+    assert f"tensor<12x2x{cfg.num_kv_heads}x63x{cfg.head_dim}xf32>" not in lowered  # never the whole cache
+
+
+def test_response_chunks_are_near_equal_and_not_too_small():
+    plan = functools.partial(Plan, prompt_rows=8, prompt_length=16, group=2)
+    assert plan(max_new_tokens=128, chunks=4).response_chunks == (32, 32, 32, 31)
+    assert plan(max_new_tokens=64, chunks=4).response_chunks == (21, 21, 21)
+    assert plan(max_new_tokens=20, chunks=4).response_chunks == (19,)
+    assert plan(max_new_tokens=1, chunks=4).response_chunks == (1,)
+    assert plan(max_new_tokens=128, chunks=1).response_chunks == (127,)
+
+
 @pytest.mark.parametrize("bad, message", [
     (dict(max_new_tokens=[4, 0]), r"max_new_tokens: budgets must be >= 1"),
     (dict(max_new_tokens=[4, 4, 4]), r"max_new_tokens: expected an int or 2 integer budgets"),
@@ -423,6 +454,7 @@ def test_bad_budgets_name_the_argument(bad, message):
     (dict(min_compact_rows=-1), "min_compact_rows"),
     (dict(compact_shrink=1.0), "compact_shrink"),
     (dict(live_prompts=-1), "live_prompts"),
+    (dict(response_chunks=0), "response_chunks"),
 ])
 def test_bad_arguments_name_the_field(bad, message):
     model = init_model(PRESETS["tiny-test"])

@@ -2,8 +2,9 @@
 
 Same shape for all three ("bench-30m": 8 layers, hidden 512, MLP 1536, 8 heads, 2 KV heads,
 vocab 4096, tied), N prompts x G samples x prompt length x new tokens at temperature 1 without
-EOS, in one run. Also prints prefill time with and without prefix sharing, the KV-cache bytes,
-the fraction of the machine's matmul peak that the decode reaches and its roofline fraction
+EOS, in one run (greso_jax also with other response-cache chunk counts, --response_chunks). Also
+prints prefill time with and without prefix sharing, the KV-cache bytes, the fraction of the
+machine's matmul peak that the decode reaches and its roofline fraction
 (time bound max(FLOPs / matmul peak, bytes read / copy bandwidth) per decode step, both peaks
 measured in the same run, over the measured decode time).
 
@@ -110,12 +111,19 @@ def bench_greso(args, prompts, cfg_name):
     from greso_jax.sampling import compile_count, generate, prefill
 
     model = init_model(PRESETS[cfg_name].replace(dtype=args.dtype, param_dtype=args.dtype), seed=0)
-    kwargs = dict(num_samples=args.group, max_new_tokens=args.new_tokens, temperature=1.0)
+    chunks, *other_chunks = args.response_chunks
+    kwargs = dict(num_samples=args.group, max_new_tokens=args.new_tokens, temperature=1.0, response_chunks=chunks)
     start = time.perf_counter()
     out = generate(model, prompts, rng=jax.random.key(0), **kwargs)
     compile_s = time.perf_counter() - start
     seconds = _best_time(lambda: generate(model, prompts, rng=jax.random.key(1), **kwargs), args.repeats)
     assert (out.lengths == args.new_tokens).all() and compile_count() >= 1
+    other_seconds = {}  # the same call with another response-cache chunk count, side by side
+    for other in other_chunks:
+        other_kwargs = dict(kwargs, response_chunks=other)
+        generate(model, prompts, rng=jax.random.key(0), **other_kwargs)
+        other_seconds[other] = _best_time(lambda: generate(model, prompts, rng=jax.random.key(1), **other_kwargs),
+                                          args.repeats)
     long_tail = None
     if args.long_tail:
         settings = {"no compaction": ({}, prompts)}
@@ -169,7 +177,8 @@ def bench_greso(args, prompts, cfg_name):
     folder = os.path.join(args.workdir, "bench-weights")
     save_pretrained(model, folder)
     param_bytes = sum(x.nbytes for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
-    return dict(seconds=seconds, compile_s=compile_s, prefill_shared_s=shared, prefill_per_row_s=per_row,
+    return dict(seconds=seconds, other_seconds=other_seconds, compile_s=compile_s, prefill_shared_s=shared,
+                prefill_per_row_s=per_row,
                 kv_cache_bytes=out.kv_cache_bytes, weights=folder, cfg=model.cfg, param_bytes=param_bytes,
                 long_tail=long_tail)
 
@@ -279,6 +288,9 @@ def main():
                         help="--long_tail: also time refill (continuous batching) with these lane counts")
     parser.add_argument("--refill_factor", type=int, default=4,
                         help="--long_tail: refill runs this many times --prompts through its lanes")
+    parser.add_argument("--response_chunks", type=int, nargs="+", default=[4, 1],
+                        help="response-cache chunks of greso_jax's calls; values after the first are timed "
+                             "beside it on the no-EOS call")
     parser.add_argument("--tunix_python", default="/tmp/venv-peers/bin/python")
     parser.add_argument("--skip_transformers", action="store_true")
     parser.add_argument("--workdir", default=tempfile.mkdtemp(prefix="bench-sampler-"))
@@ -301,7 +313,9 @@ def main():
     bandwidth = copy_bandwidth(args.bandwidth_mib)
     ours = bench_greso(args, prompts, args.preset)
     cfg = ours["cfg"]
+    chunks = args.response_chunks[0]
     results = {"greso_jax": ours["seconds"]}
+    results.update({f"  {n} chunk{'s' * (n > 1)}": s for n, s in ours["other_seconds"].items()})
     notes = []
     if not args.skip_transformers:
         results["transformers"] = bench_transformers(args, prompts, ours["weights"], args.threads)
@@ -321,7 +335,8 @@ def main():
                                                    args.prompt_len, slot) / bandwidth)
                          for slot in range(args.new_tokens - 1))
     print(f"shape: {args.preset}, {args.prompts} prompts x G={args.group} x {args.prompt_len}-token prompts x "
-          f"{args.new_tokens} new tokens, temperature 1, no EOS, {args.dtype}, {args.threads} threads")
+          f"{args.new_tokens} new tokens, temperature 1, no EOS, {args.dtype}, {args.threads} threads; "
+          f"greso_jax with {chunks} response-cache chunk{'s' * (chunks > 1)}")
     print(f"{'sampler':<14}{'seconds':>10}{'tokens/s':>12}{'greso_jax speed-up':>20}")
     for name, seconds in results.items():
         print(f"{name:<14}{seconds:>10.2f}{tokens / seconds:>12.0f}{seconds / ours['seconds']:>19.2f}x")

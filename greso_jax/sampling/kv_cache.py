@@ -61,34 +61,41 @@ def empty_response_cache(model, num_prompts: int, group: int, slots: int, constr
     return [LayerCache(zeros(k_shape), zeros(v_shape)) for _ in model.layers]
 
 
-def _attend_prompt_and_response(q, prompt: LayerCache, response: LayerCache, prompt_lengths, slot):
+def _attend_prompt_and_response(q, prompt: LayerCache, response: LayerCache, prompt_lengths, slot, earlier=()):
     """q [N, G, Hkv, rep, hd] of the current token -> attention output [N, G, Hkv, rep, hd] over
-    the prompt keys t < prompt_length and the response keys t <= slot (a scalar, or int32 [N]: one
-    per prompt), one joint softmax (float32)."""
+    the prompt keys t < prompt_length, the keys of the `earlier` response chunks (full; each a
+    LayerCache laid out as `response`) and the response keys t <= slot (a scalar, or int32 [N]:
+    one per prompt), one joint softmax (float32)."""
     n, group, hkv, rep, hd = q.shape
     tp = prompt.v.shape[2]
     scale = 1.0 / jnp.sqrt(jnp.float32(hd))
     # The G rows of a prompt share its keys: one [G*rep, hd] x [hd, Tp] product per (prompt, kv head).
     q_by_head = q.transpose(0, 2, 1, 3, 4).reshape(n, hkv, group * rep, hd)
     prompt_scores = jnp.einsum("nkmd,nkdt->nkmt", q_by_head, prompt.k, preferred_element_type=jnp.float32)
-    response_scores = jnp.einsum("ngkrd,ngkdt->ngkrt", q, response.k, preferred_element_type=jnp.float32)
     prompt_valid = jnp.arange(tp)[None, :] < prompt_lengths[:, None]  # [N, Tp]
-    slot_by_prompt = jnp.reshape(slot, jnp.shape(slot) + (1,) * 4)  # [1, 1, 1, 1] or [N, 1, 1, 1, 1]
-    response_valid = jnp.arange(response.v.shape[3]) <= slot_by_prompt
     prompt_scores = jnp.where(prompt_valid[:, None, None, :], prompt_scores * scale, MASK_VALUE)
     prompt_scores = prompt_scores.reshape(n, hkv, group, rep, tp).transpose(0, 2, 1, 3, 4)
-    response_scores = jnp.where(response_valid, response_scores * scale, MASK_VALUE)
-    top = jnp.maximum(prompt_scores.max(-1, keepdims=True), response_scores.max(-1, keepdims=True))
+    chunks = (*earlier, response)
+    chunk_scores = [jnp.einsum("ngkrd,ngkdt->ngkrt", q, chunk.k, preferred_element_type=jnp.float32) * scale
+                    for chunk in chunks]
+    slot_by_prompt = jnp.reshape(slot, jnp.shape(slot) + (1,) * 4)  # [1, 1, 1, 1] or [N, 1, 1, 1, 1]
+    response_valid = jnp.arange(response.v.shape[3]) <= slot_by_prompt
+    chunk_scores[-1] = jnp.where(response_valid, chunk_scores[-1], MASK_VALUE)
+    top = prompt_scores.max(-1, keepdims=True)
+    for scores in chunk_scores:
+        top = jnp.maximum(top, scores.max(-1, keepdims=True))
     prompt_w = jnp.exp(prompt_scores - top)
-    response_w = jnp.exp(response_scores - top)
-    total = prompt_w.sum(-1, keepdims=True) + response_w.sum(-1, keepdims=True)
+    chunk_w = [jnp.exp(scores - top) for scores in chunk_scores]
+    total = prompt_w.sum(-1, keepdims=True)
+    for w in chunk_w:
+        total = total + w.sum(-1, keepdims=True)
     dt = prompt.v.dtype
     prompt_w = prompt_w.transpose(0, 2, 1, 3, 4).reshape(n, hkv, group * rep, tp).astype(dt)
-    from_prompt = jnp.einsum("nkmt,nktd->nkmd", prompt_w, prompt.v, preferred_element_type=jnp.float32)
-    from_prompt = from_prompt.reshape(n, hkv, group, rep, hd).transpose(0, 2, 1, 3, 4)
-    from_response = jnp.einsum("ngkrt,ngktd->ngkrd", response_w.astype(dt), response.v,
-                               preferred_element_type=jnp.float32)
-    return ((from_prompt + from_response) / total).astype(q.dtype)
+    out = jnp.einsum("nkmt,nktd->nkmd", prompt_w, prompt.v, preferred_element_type=jnp.float32)
+    out = out.reshape(n, hkv, group, rep, hd).transpose(0, 2, 1, 3, 4)
+    for w, chunk in zip(chunk_w, chunks):
+        out = out + jnp.einsum("ngkrt,ngktd->ngkrd", w.astype(dt), chunk.v, preferred_element_type=jnp.float32)
+    return (out / total).astype(q.dtype)
 
 
 def _write_slot(cache, new, slot, axis: int):
@@ -100,19 +107,21 @@ def _write_slot(cache, new, slot, axis: int):
 
 
 def decode_step(model, tokens, prompt_cache, response_cache, prompt_lengths, slot,
-                constrain: Constraint = _identity):
+                constrain: Constraint = _identity, earlier=None, offset=0):
     """One token for every row. tokens int32 [N*G] (row i*G+g belongs to prompt i), the response
     token index `slot` (a scalar, or int32 [N]: each prompt's own) -> (logits float32 [N*G, V],
-    updated response cache). The token is at RoPE position prompt_length + slot and its key/value
-    go to response slot `slot`."""
+    updated response cache). The token is at RoPE position prompt_length + offset + slot and its
+    key/value go to slot `slot` of `response_cache`. earlier: per layer, a tuple of full response
+    chunks before it (offset slots in all, read-only), or None."""
     n, group = response_cache[0].k.shape[:2]
     cfg = model.cfg
     rows = n * group
     row_slots = slot if jnp.ndim(slot) == 0 else jnp.repeat(slot, group)
-    positions = (jnp.repeat(prompt_lengths, group) + row_slots)[:, None]  # [R, 1]
+    positions = (jnp.repeat(prompt_lengths, group) + offset + row_slots)[:, None]  # [R, 1]
     x = constrain(model.embed_tokens(tokens[:, None]))  # [R, 1, D]
     updated = []
-    for layer, prompt, response in zip(model.layers, prompt_cache, response_cache):
+    earlier = [()] * len(model.layers) if earlier is None else earlier
+    for layer, prompt, response, before in zip(model.layers, prompt_cache, response_cache, earlier):
         q, k, v = layer.attn.project_qkv(layer.input_norm(x), positions)
         k = k.reshape(n, group, cfg.num_kv_heads, cfg.head_dim, 1)
         v = v.reshape(n, group, cfg.num_kv_heads, 1, cfg.head_dim)
@@ -120,7 +129,7 @@ def decode_step(model, tokens, prompt_cache, response_cache, prompt_lengths, slo
                               constrain(_write_slot(response.v, v, slot, 3)))
         updated.append(response)
         q = q.reshape(n, group, cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads, cfg.head_dim)
-        out = _attend_prompt_and_response(q, prompt, response, prompt_lengths, slot)
+        out = _attend_prompt_and_response(q, prompt, response, prompt_lengths, slot, before)
         x = x + layer.attn.project_out(out.reshape(rows, 1, cfg.num_heads, cfg.head_dim))
         x = constrain(x + layer.mlp(layer.post_attention_norm(x)))
     return model.logits(model.final_norm(x))[:, 0], updated

@@ -127,7 +127,8 @@ def _program(params, prompt_ids, prompt_lengths, budgets, key, temperature, top_
     """The whole sampling call: prefill on [Np, Tp], then decode all Np*G rows until each has met
     EOS or its prompt's budget (budgets int32 [Np], traced: a new budget does not recompile).
     With `plan.compact_rows`, decode leaves its first segment once few enough rows are live and
-    continues in segments of those row counts (see `greso_jax.sampling.compaction`)."""
+    continues in segments of those row counts (see `greso_jax.sampling.compaction`); without, it
+    runs one loop per response-cache chunk (`plan.response_chunks`)."""
     model = nnx.merge(graphdef, params, rest)
     constrain = _constraint(mesh)
     group, steps = plan.group, plan.max_new_tokens
@@ -140,23 +141,26 @@ def _program(params, prompt_ids, prompt_lengths, budgets, key, temperature, top_
                                     row_keys(key, 0, row_ids), mode, temperature, top_p)
     tokens = jnp.full((rows, steps), pad_id, jnp.int32).at[:, 0].set(first)
     logprobs = jnp.zeros((rows, steps), jnp.float32).at[:, 0].set(first_lp)
-    response_cache = empty_response_cache(model, plan.prompt_rows, group, plan.response_slots, constrain)
     # `ended`: the row produced EOS; `done`: it produced EOS or spent its budget (then it only emits padding).
     ended = is_eos(first, eos_ids)
-    state = (jnp.int32(1), first, ended, ended | (row_budgets <= 1), jnp.ones((rows,), jnp.int32), tokens, logprobs,
-             response_cache)
+    state = (jnp.int32(1), first, ended, ended | (row_budgets <= 1), jnp.ones((rows,), jnp.int32), tokens, logprobs)
 
-    def decode(state, ids, budgets, prompts, lengths_of_prompts, leave_at):
+    def decode(state, ids, budgets, prompts, lengths_of_prompts, leave_at, earlier=None, offset=0):
         """Runs one segment's while loop over the rows `ids` (None: all rows, in order, grouped by
-        prompt) until every row is done, no step is left, or at most `leave_at` rows are live."""
+        prompt) until every row is done, no step is left, or at most `leave_at` rows are live. The
+        last element of `state` is the response cache it writes, holding slots offset, offset + 1,
+        ... after the full chunks `earlier` (see `decode_step`); the loop also stops when it is full."""
+        last_step = min(steps - 1, offset + state[-1][0].v.shape[3])
+
         def keep_going(state):
             step, _, _, done = state[:4]
-            go = (step < steps) & ~jnp.all(done)
+            go = (step <= last_step) & ~jnp.all(done)
             return go if leave_at is None else go & (jnp.sum(~done) > leave_at)
 
         def one_token(state):
             step, current, ended, done, lengths, tokens, logprobs, cache = state
-            logits, cache = decode_step(model, current, prompts, cache, lengths_of_prompts, step - 1, constrain)
+            logits, cache = decode_step(model, current, prompts, cache, lengths_of_prompts, step - 1 - offset,
+                                        constrain, earlier, offset)
             chosen, chosen_lp = choose_tokens(logits, row_keys(key, step, row_ids if ids is None else ids), mode,
                                               temperature, top_p)
             chosen = jnp.where(done, pad_id, chosen)
@@ -174,10 +178,19 @@ def _program(params, prompt_ids, prompt_lengths, budgets, key, temperature, top_
         return jax.lax.while_loop(keep_going, one_token, state)
 
     sizes = plan.compact_rows
-    step, current, ended, done, lengths, tokens, logprobs, cache = decode(
-        state, None, row_budgets, prompt_cache, prompt_lengths, sizes[0] if sizes else None)
-    if not sizes:
+    if not sizes:  # the response cache in chunks: each loop reads only the chunks written so far
+        earlier, offset = [()] * len(model.layers), 0
+        for slots in plan.response_chunks:
+            chunk = empty_response_cache(model, plan.prompt_rows, group, slots, constrain)
+            *state, chunk = decode((*state, chunk), None, row_budgets, prompt_cache, prompt_lengths, None,
+                                   earlier, offset)
+            earlier = [before + (layer,) for before, layer in zip(earlier, chunk)]
+            offset += slots
+        _, _, ended, _, lengths, tokens, logprobs = state
         return tokens, logprobs, lengths, ~ended
+    response_cache = empty_response_cache(model, plan.prompt_rows, group, plan.response_slots, constrain)
+    step, current, ended, done, lengths, tokens, logprobs, cache = decode(
+        (*state, response_cache), None, row_budgets, prompt_cache, prompt_lengths, sizes[0])
 
     def segments_from(i, step, live: Rows, tokens, logprobs, all_lengths, all_ended):
         """Segments i, i+1, ... after the rows `live` (every row's final length and EOS flag so far
@@ -205,7 +218,8 @@ def _program(params, prompt_ids, prompt_lengths, budgets, key, temperature, top_
 
 
 def _prepare(model, prompts, *, num_samples, max_new_tokens, max_new_tokens_cap, rng, temperature, top_p, top_k,
-             eos_ids, pad_id, prompt_buckets, row_buckets, min_compact_rows, compact_shrink, live_prompts, mesh):
+             eos_ids, pad_id, prompt_buckets, row_buckets, min_compact_rows, compact_shrink, live_prompts,
+             response_chunks, mesh):
     """Validates, buckets and places everything; returns (program key, a function that builds the
     jitted program, args, plan). Building the jit wrapper costs ms, so it is only done to compile."""
     _validate(model, prompts, num_samples, temperature, top_p, top_k, eos_ids, pad_id)
@@ -219,6 +233,8 @@ def _prepare(model, prompts, *, num_samples, max_new_tokens, max_new_tokens_cap,
         raise ValueError(f"compact_shrink: must be in (0, 1), got {compact_shrink!r}")
     if not isinstance(live_prompts, (int, np.integer)) or live_prompts < 0:
         raise ValueError(f"live_prompts: must be an int >= 0 (0 = off), got {live_prompts!r}")
+    if not isinstance(response_chunks, (int, np.integer)) or response_chunks < 1:
+        raise ValueError(f"response_chunks: must be an int >= 1, got {response_chunks!r}")
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     shardings, batch, replicated, mesh = _placement(model, params, mesh)
     data_parallel = 1 if mesh is None else mesh.shape.get("data", 1) * mesh.shape.get("fsdp", 1)
@@ -235,7 +251,8 @@ def _prepare(model, prompts, *, num_samples, max_new_tokens, max_new_tokens_cap,
         segments = segment_rows(prompt_rows * num_samples, int(min_compact_rows), data_parallel, float(compact_shrink))
     plan = Plan(prompt_rows=prompt_rows,
                  prompt_length=bucket_at_least(int(lengths.max()), prompt_buckets, "prompt length"),
-                 group=num_samples, max_new_tokens=cap, compact_rows=segments, lanes=lanes)
+                 group=num_samples, max_new_tokens=cap, compact_rows=segments, lanes=lanes,
+                 chunks=1 if lanes or segments else int(response_chunks))
     ids = np.full((plan.prompt_rows, plan.prompt_length), pad_id, np.int32)
     for i, p in enumerate(prompts):
         ids[i, :len(p)] = p
@@ -272,7 +289,7 @@ def lower_generate(model, prompts, *, num_samples: int, max_new_tokens, rng: jax
                    max_new_tokens_cap: int | None = None, temperature: float = 1.0, top_p: float = 1.0,
                    top_k: int = 0, eos_ids: Sequence[int] = (), pad_id: int = 0, prompt_buckets=None,
                    row_buckets=None, min_compact_rows: int = 0, compact_shrink: float = 0.5,
-                   live_prompts: int = 0, mesh=None) -> jax.stages.Lowered:
+                   live_prompts: int = 0, response_chunks: int = 4, mesh=None) -> jax.stages.Lowered:
     """The lowered (not compiled) program `generate` would run for these arguments: for
     inspecting its shapes, HLO and cost analysis."""
     _, make_fn, args, _ = _prepare(model, prompts, num_samples=num_samples, max_new_tokens=max_new_tokens,
@@ -280,7 +297,7 @@ def lower_generate(model, prompts, *, num_samples: int, max_new_tokens, rng: jax
                                    temperature=temperature, top_p=top_p, top_k=top_k, eos_ids=eos_ids, pad_id=pad_id,
                                    prompt_buckets=prompt_buckets, row_buckets=row_buckets,
                                    min_compact_rows=min_compact_rows, compact_shrink=compact_shrink,
-                                   live_prompts=live_prompts, mesh=mesh)
+                                   live_prompts=live_prompts, response_chunks=response_chunks, mesh=mesh)
     return make_fn().lower(*args)
 
 
@@ -288,7 +305,7 @@ def generate(model, prompts: list[list[int]], *, num_samples: int, max_new_token
              rng: jax.Array, max_new_tokens_cap: int | None = None, temperature: float = 1.0, top_p: float = 1.0,
              top_k: int = 0, eos_ids: Sequence[int] = (), pad_id: int = 0, prompt_buckets: Sequence[int] | None = None,
              row_buckets: Sequence[int] | None = None, min_compact_rows: int = 0, compact_shrink: float = 0.5,
-             live_prompts: int = 0, mesh=None) -> SampleOutput:
+             live_prompts: int = 0, response_chunks: int = 4, mesh=None) -> SampleOutput:
     """Samples `num_samples` responses for each prompt; see `SampleOutput` for the fields.
 
     temperature 0 is greedy; top_k 0 and top_p 1 are off. Same `rng` -> identical output. The
@@ -314,13 +331,19 @@ def generate(model, prompts: list[list[int]], *, num_samples: int, max_new_token
     compiled loop (see `greso_jax.sampling.refill`); the KV cache is the lanes' only. The outputs are
     the plain program's, as under compaction. With min_compact_rows > 0 too, the lanes' drain (no
     prompt left waiting) is compacted in whole lanes, K * s, K * s^2, ... lanes.
+
+    response_chunks: without compaction or refill, the response cache is up to this many chunks of
+    near-equal slots (none under `shapes.MIN_CHUNK_SLOTS`), each decoded by its own loop that
+    attends to the chunks written so far, so a decode step reads the filled part of the cache
+    (about (C + 1) / 2C of it on average), not all of it. Same samples up to float rounding (the
+    softmax sums in another order); one more compiled loop per chunk.
     """
     key, make_fn, args, plan = _prepare(model, prompts, num_samples=num_samples, max_new_tokens=max_new_tokens,
                                         max_new_tokens_cap=max_new_tokens_cap,
                                         rng=rng, temperature=temperature, top_p=top_p, top_k=top_k, eos_ids=eos_ids,
                                         pad_id=pad_id, prompt_buckets=prompt_buckets, row_buckets=row_buckets,
                                         min_compact_rows=min_compact_rows, compact_shrink=compact_shrink,
-                                        live_prompts=live_prompts, mesh=mesh)
+                                        live_prompts=live_prompts, response_chunks=response_chunks, mesh=mesh)
     compiled = _COMPILED.get(key)
     if compiled is None:
         compiled = _COMPILED[key] = make_fn().lower(*args).compile()

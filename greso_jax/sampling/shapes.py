@@ -17,6 +17,11 @@ DEFAULT_PROMPT_BUCKETS: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024, 2048
 DEFAULT_ROW_BUCKETS: tuple[int, ...] = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048,
                                         3072, 4096)
 
+# A response-cache chunk costs one more compiled loop; below this many slots the reads it saves do not
+# pay for it (short answers compile as one loop).
+MIN_CHUNK_SLOTS = 16
+
+
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """Bucketed static shapes of one call (what a compiled program depends on)."""
@@ -28,6 +33,7 @@ class Plan:
     # Row counts of the decode segments after the first (compaction); under refill, lane counts of the drain's.
     compact_rows: tuple[int, ...] = ()
     lanes: int = 0  # > 0: continuous batching, this many prompts' groups in flight (see sampling.refill)
+    chunks: int = 1  # the plain program's response cache in this many chunks (see `response_chunks`)
 
     @property
     def rows(self) -> int:
@@ -41,6 +47,14 @@ class Plan:
     @property
     def response_slots(self) -> int:
         return max(self.max_new_tokens - 1, 1)  # the last sampled token is never fed back
+
+    @property
+    def response_chunks(self) -> tuple[int, ...]:
+        """Slots of each response-cache chunk, in order: near-equal, summing to response_slots, at most
+        `chunks` of them and none under MIN_CHUNK_SLOTS."""
+        count = max(1, min(self.chunks, self.response_slots // MIN_CHUNK_SLOTS))
+        base, extra = divmod(self.response_slots, count)
+        return tuple(base + (i < extra) for i in range(count))
 
 
 def bucket_at_least(value: int, buckets: Sequence[int], what: str) -> int:
