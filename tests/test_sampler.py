@@ -412,6 +412,15 @@ def test_response_chunks_give_the_one_chunk_programs_rows(checkpoint, prompts, t
     assert f"tensor<12x2x{cfg.num_kv_heads}x63x{cfg.head_dim}xf32>" not in lowered  # never the whole cache
 
 
+def test_chunk_counts_that_run_the_same_chunks_share_a_program():
+    model = init_model(PRESETS["tiny-test"])
+    kwargs = dict(prompts=[[1, 2], [3]], num_samples=2, max_new_tokens=8, rng=jax.random.key(0), prompt_buckets=(32,))
+    one = generate(model, response_chunks=1, **kwargs)
+    compiled = compile_count()
+    np.testing.assert_array_equal(generate(model, response_chunks=4, **kwargs).tokens, one.tokens)  # 7 slots: 1 chunk
+    assert compile_count() == compiled
+
+
 def test_response_chunks_are_near_equal_and_not_too_small():
     plan = functools.partial(Plan, prompt_rows=8, prompt_length=16, group=2)
     assert plan(max_new_tokens=128, chunks=4).response_chunks == (32, 32, 32, 31)

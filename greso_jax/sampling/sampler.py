@@ -253,6 +253,8 @@ def _prepare(model, prompts, *, num_samples, max_new_tokens, max_new_tokens_cap,
                  prompt_length=bucket_at_least(int(lengths.max()), prompt_buckets, "prompt length"),
                  group=num_samples, max_new_tokens=cap, compact_rows=segments, lanes=lanes,
                  chunks=1 if lanes or segments else int(response_chunks))
+    # The chunks the program runs, not those asked for: calls that differ only there share a program.
+    plan = dataclasses.replace(plan, chunks=len(plan.response_chunks))
     ids = np.full((plan.prompt_rows, plan.prompt_length), pad_id, np.int32)
     for i, p in enumerate(prompts):
         ids[i, :len(p)] = p
