@@ -4,8 +4,7 @@ Experiment files in `experiments/` call `get_config()` and override fields. `val
 checks every field before anything is compiled, and names the field in its error. Fields of
 the pluggable families take their allowed names from the registries; `selection.*` holds the
 pass sizing every pass-based strategy shares and one section per registered strategy with
-settings (`selection.greso.*`, `selection.aero.*`, …), built from the strategy's own typed,
-documented settings dataclass.
+settings (`selection.greso.*`, …), built from the strategy's own typed, documented settings dataclass.
 """
 
 from __future__ import annotations
@@ -115,6 +114,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.train.warmstart_validation_samples = 2  # responses per validation row, temperature 1
     c.train.warmstart_cache_dir = ""  # "" = workdir/warmstart; a shared folder reuses a warm start across runs
     c.train.warmstart_levels = ()  # arithmetic levels whose solutions it sees (its band checks these); (): every level
+    c.train.warmstart_band_levels = ()  # the taught levels the band checks, e.g. the easy ones; (): all taught levels
     c.train.quiet = False
     c.train.host_check_every_steps = 10  # multi-host: compare selector-state digests across hosts
 
@@ -245,6 +245,7 @@ FIELD_SPECS: dict[str, Spec] = {
     "train.warmstart_validation_samples": Spec(INT, 1),
     "train.warmstart_cache_dir": Spec(STR),
     "train.warmstart_levels": Spec(SEQ, check=arith.check_levels),
+    "train.warmstart_band_levels": Spec(SEQ, check=arith.check_levels),
     "train.quiet": Spec(BOOL),
     "train.host_check_every_steps": Spec(INT, 0),
     "mesh.data": Spec(INT, check=_mesh_axis),
@@ -331,10 +332,16 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 def _validate_warmstart_band(train: ml_collections.ConfigDict, data: ml_collections.ConfigDict) -> None:
     """A band needs low <= high, a maximum of steps holding a check, and training rows beside its validation rows."""
     if not train.warmstart_accuracy_low:
-        if train.warmstart_accuracy_high != 1.0:
-            raise ConfigError("train.warmstart_accuracy_high: the band is off; set train.warmstart_accuracy_low > 0 "
-                              "to stop the warm start on it")
+        if train.warmstart_accuracy_high != 1.0 or train.warmstart_band_levels:
+            name = "band_levels" if train.warmstart_band_levels else "accuracy_high"
+            raise ConfigError(f"train.warmstart_{name}: the band is off; set train.warmstart_accuracy_low > 0 to stop "
+                              "the warm start on it")
         return
+    weights = data.arith_level_weights or (1,) * len(arith.LEVELS)
+    if train.warmstart_band_levels and (data.source != "arith" or any(
+            v not in (train.warmstart_levels or arith.LEVELS) or not weights[v] for v in train.warmstart_band_levels)):
+        raise ConfigError(f"train.warmstart_band_levels: {tuple(train.warmstart_band_levels)} must be arithmetic "
+                          "levels the warm start teaches (train.warmstart_levels) with a positive weight")
     if train.warmstart_accuracy_high < train.warmstart_accuracy_low:
         raise ConfigError(f"train.warmstart_accuracy_high: must be >= train.warmstart_accuracy_low "
                           f"({train.warmstart_accuracy_low}), got {train.warmstart_accuracy_high}")

@@ -68,7 +68,8 @@ def build_policy(config, tokenizer, train_rows, workdir: str, mesh, log=print, r
         # A level left out (train.warmstart_levels) is one the policy has never been taught, as a
         # pretrained model has problems beyond it: RL meets it at a success rate of about zero.
         levels = set(t.warmstart_levels) or {row.difficulty for row in train_rows}
-        validation = [row for row in train_rows[:split] if row.difficulty in levels]
+        checked = set(t.warmstart_band_levels) or levels
+        validation = [row for row in train_rows[:split] if row.difficulty in checked]
         supervised = [row for row in train_rows[split:] if row.difficulty in levels]
         pairs = [(tokenizer.encode(format_prompt(row, config.data.prompt_template, tokenizer)),
                   tokenizer.encode(arith.solution_text(row))) for row in supervised]

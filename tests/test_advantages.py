@@ -85,7 +85,8 @@ def test_constant_groups_get_exactly_zero_even_when_the_float32_mean_is_one_ulp_
         rewards = np.full((1, g), 0.1, np.float32)
         for mode in ("grpo", "drgrpo", "batch_std"):
             assert np.all(compute_advantages(rewards, mode) == 0.0), (mode, g)
-            assert np.all(np.asarray(compute_advantages(jnp.asarray(rewards), mode)) == 0.0), (mode, g)
+            if g in (7, 11, 16):  # the jax path compiles per shape: a few of the ulp-off sizes
+                assert np.all(np.asarray(compute_advantages(jnp.asarray(rewards), mode)) == 0.0), (mode, g)
         mask = np.arange(g)[None] < max(1, g - 3)
         padded = np.where(mask, rewards, 1.0).astype(np.float32)
         assert np.all(compute_advantages(padded, "grpo", response_mask=mask) == 0.0)

@@ -151,6 +151,7 @@ MESH_SCRIPT = textwrap.dedent(r"""
 """)
 
 
+@pytest.mark.slow  # a subprocess that builds the three paper-size abstract models on 8 simulated devices
 def test_abstract_models_shard_over_fsdp8():
     """One subprocess for all three configs: the simulated device count is fixed at JAX start-up."""
     files = sorted(PAPER_FILES)

@@ -27,7 +27,8 @@ def _deterministic(record):
             if k.startswith(DETERMINISTIC_PREFIXES) and not k.startswith("perf/") and "time" not in k}
 
 
-@pytest.mark.parametrize("strategy", ["vanilla", "dynamic_sampling", "greso", "aero"])
+@pytest.mark.parametrize("strategy", ["vanilla", "dynamic_sampling", "greso",
+                                      pytest.param("aero", marks=pytest.mark.slow)])
 def test_each_strategy_runs_three_steps(tmp_path, strategy, warm_policy):
     config = trainer_config.get_config(f"{strategy},{warm_policy}")
     if strategy == "dynamic_sampling":

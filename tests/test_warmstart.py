@@ -155,6 +155,19 @@ def test_warmstart_levels_teach_and_check_only_those_levels(tmp_path, monkeypatc
     assert [tokenizer.decode(target) for _, target in taught[0]] == [arith_solution(row) for row in expected]
 
 
+def test_band_levels_check_a_subset_of_the_taught_levels(tmp_path, monkeypatch):
+    c, rows = _arith_config(warmstart_levels=(0, 1, 2), warmstart_band_levels=(0,), warmstart_accuracy_low=0.3,
+                            warmstart_check_every=10)
+    graded, taught = [], []
+    monkeypatch.setattr(policy, "sample_and_grade", lambda model, tokenizer, validation, **kwargs: (
+        graded.append(list(validation)), np.ones((len(validation), 1), bool))[1])
+    monkeypatch.setattr(policy, "cached_warmstart", lambda model, pairs, **kwargs: (
+        taught.append(pairs), cached_warmstart(model, pairs, **kwargs))[1])
+    build_policy(c, build_tokenizer(c), rows, str(tmp_path), make_mesh(1, 1, 1), log=lambda *a: None)
+    assert graded == [[row for row in rows[:8] if row.difficulty == 0]] and graded[0]
+    assert len(taught[0]) == sum(row.difficulty in (0, 1, 2) for row in rows[8:])
+
+
 @pytest.mark.slow  # real sampled checks on a training warm start
 def test_an_unreachable_band_fails_after_real_sampled_checks(tmp_path):
     c, rows = _arith_config(warmstart_accuracy_low=0.99, warmstart_check_every=10)
