@@ -36,3 +36,28 @@ def test_certain_outcomes_and_too_few_samples(profile):
     assert np.isnan(o["repeat_wrong"])
     with pytest.raises(ValueError, match="--samples: need at least 2 x group size = 16, got 12"):
         profile.level_outcomes(np.ones((5, 12), bool), group_size=8)
+
+
+@pytest.mark.slow  # a two-step RL run, then the script in a subprocess on its checkpoint
+def test_run_dir_profiles_a_checkpointed_step_and_names_a_missing_one(tmp_path, warm_policy):
+    import subprocess
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    import trainer_config
+    from greso_jax.trainer import Trainer
+
+    config = trainer_config.get_config(f"vanilla,{warm_policy}")
+    config.train.num_steps = 2
+    Trainer(config, str(tmp_path / "run"), log=lambda *a: None).run()
+    root = os.path.join(os.path.dirname(__file__), "..")
+    script = os.path.join(root, "experiments", "bench", "level_profile.py")
+    args = [sys.executable, script, f"--config={os.path.join(root, 'tests', 'trainer_config.py')}:vanilla,{warm_policy}",
+            f"--run_dir={tmp_path / 'run'}", "--per_level=4", "--samples=8", "--config.rl.group_size=4"]
+    done = subprocess.run(args + ["--step=2"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    levels = sorted({int(line.split()[0]) for line in done.stdout.splitlines() if line.split()[:1] != ["level"]
+                     and line.split()[0].isdigit()})
+    assert levels and set(levels) <= set(range(8))
+    missing = subprocess.run(args + ["--step=7"], capture_output=True, text=True, timeout=300)
+    assert missing.returncode != 0 and "7" in missing.stderr.splitlines()[-1]

@@ -9,6 +9,9 @@ unbiased estimate of p^G, and C(k, 2G) / C(n, 2G) of p^2G (two groups in a row a
 the repeat chance E[p^2G] / E[p^G] carries no small-sample bias.
 
   python experiments/bench/level_profile.py --config experiments/arith_tiny.py:vanilla --workdir /tmp/prof
+
+With --run_dir and --step it profiles that step's checkpoint of an RL run (the run's own config)
+instead of the warm start: which levels RL moved, and how far.
 """
 
 from __future__ import annotations
@@ -28,13 +31,15 @@ from greso_jax.configs import validate
 from greso_jax.data import arith
 from greso_jax.from_config import rows_from_config
 from greso_jax.parallel.sharding import mesh_from_config
-from greso_jax.policy import build_policy, build_tokenizer
+from greso_jax.policy import build_policy, build_tokenizer, load_policy
 from greso_jax.rewards.pool import GradingPool
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "experiment config (its warm start is used)")
 _WORKDIR = flags.DEFINE_string("workdir", None, "where the warm start is cached")
 _PER_LEVEL = flags.DEFINE_integer("per_level", 64, "training prompts sampled per level")
 _SAMPLES = flags.DEFINE_integer("samples", 32, "responses per prompt (at least twice the group size)")
+_RUN_DIR = flags.DEFINE_string("run_dir", "", "an RL run's workdir: profile its checkpoint at --step, not the warm start")
+_STEP = flags.DEFINE_integer("step", None, "the checkpointed step of --run_dir to profile (default: its latest)")
 
 
 def power_estimates(hits: np.ndarray, samples: int, power: int) -> np.ndarray:
@@ -60,10 +65,15 @@ def level_outcomes(correct_pn: np.ndarray, group_size: int) -> dict[str, float]:
 def main(argv):
     del argv
     c = validate(_CONFIG.value)
+    if not (_WORKDIR.value or _RUN_DIR.value):
+        raise app.UsageError("--workdir (the warm start's cache) or --run_dir (an RL run) is required")
     tokenizer = build_tokenizer(c)
     train_rows, _ = rows_from_config(c)
     mesh = mesh_from_config(c.mesh)
-    model = build_policy(c, tokenizer, train_rows, os.path.abspath(_WORKDIR.value), mesh, log=print)
+    if _RUN_DIR.value:
+        model = load_policy(c, mesh, workdir=os.path.abspath(_RUN_DIR.value), step=_STEP.value)
+    else:
+        model = build_policy(c, tokenizer, train_rows, os.path.abspath(_WORKDIR.value), mesh, log=print)
     by_level = collections.defaultdict(list)
     for row in train_rows:
         if len(by_level[row.difficulty]) < _PER_LEVEL.value:
@@ -91,5 +101,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(["config", "workdir"])
+    flags.mark_flags_as_required(["config"])
     app.run(main)
