@@ -19,6 +19,18 @@ from greso_jax.models.presets import ModelConfig
 MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)  # finite: a fully masked row stays NaN-free
 
 
+def dense(x, kernel, preferred_element_type=None):
+    """x [..., D] @ kernel [D, F] -> [..., F], as one matmul over the flattened leading axes.
+
+    XLA:CPU lowers the kernel gradient of a [B, T, D] einsum (a dot contracting both B and T) far
+    more slowly than the same product on [B*T, D] rows: the SwiGLU block's gradient at 256 x 32
+    tokens, width 128 -> 512, took 0.26 s as an einsum and 0.14 s flattened. On GPU and TPU the
+    reshape is free."""
+    rows = x.reshape(-1, x.shape[-1])
+    y = jnp.matmul(rows, kernel, preferred_element_type=preferred_element_type)
+    return y.reshape(*x.shape[:-1], kernel.shape[-1])
+
+
 def _param(rngs: nnx.Rngs, shape, axes, dtype, init=None):
     init = init or nnx.initializers.normal(stddev=0.02)
     return nnx.Param(init(rngs.params(), shape, dtype), logical_axes=axes)
@@ -82,7 +94,7 @@ class Attention(nnx.Module):
 
     def _linear(self, x, kernel, bias):
         dt = jnp.dtype(self.cfg.dtype)
-        y = jnp.einsum("btd,df->btf", x, kernel.value.astype(dt))
+        y = dense(x, kernel.value.astype(dt))
         return y + bias.value.astype(dt) if bias is not None else y
 
     def project_qkv(self, x, positions):
@@ -116,9 +128,9 @@ class MLP(nnx.Module):
 
     def __call__(self, x):
         dt = self.dtype
-        gate = jnp.einsum("btd,df->btf", x, self.gate_kernel.value.astype(dt))
-        up = jnp.einsum("btd,df->btf", x, self.up_kernel.value.astype(dt))
-        return jnp.einsum("btf,fd->btd", jax.nn.silu(gate) * up, self.down_kernel.value.astype(dt))
+        gate = dense(x, self.gate_kernel.value.astype(dt))
+        up = dense(x, self.up_kernel.value.astype(dt))
+        return dense(jax.nn.silu(gate) * up, self.down_kernel.value.astype(dt))
 
 
 class DecoderLayer(nnx.Module):
@@ -163,7 +175,7 @@ class Qwen2(nnx.Module):
     def logits(self, hidden):
         """hidden [..., D] (after the final norm) -> float32 logits [..., V]."""
         w = self.unembedding().astype(jnp.dtype(self.cfg.dtype))
-        return jnp.einsum("...d,dv->...v", hidden, w, preferred_element_type=jnp.float32)
+        return dense(hidden, w, preferred_element_type=jnp.float32)
 
     def hidden_states(self, input_ids, attention_mask=None, positions=None):
         """Final-normed hidden states [B, T, D]; positions default to 0..T-1 (right padding)."""

@@ -15,13 +15,14 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from greso_jax.models.qwen2 import dense
+
 DEFAULT_CHUNK_SIZE = 128
 
 
 def _chunk_stats(unembedding, hidden, targets, inv_temperature: float, compute_dtype):
     """hidden [B, c, D], targets [B, c] -> (log-prob of targets [B, c], entropy [B, c]), float32."""
-    logits = jnp.einsum("bcd,dv->bcv", hidden, unembedding.astype(compute_dtype),
-                        preferred_element_type=jnp.float32) * inv_temperature
+    logits = dense(hidden, unembedding.astype(compute_dtype), preferred_element_type=jnp.float32) * inv_temperature
     log_normaliser = jax.nn.logsumexp(logits, axis=-1)  # [B, c]
     vocab = jax.lax.broadcasted_iota(jnp.int32, logits.shape, 2)
     # A masked sum instead of a gather: stays local when the vocabulary axis is sharded.
