@@ -115,6 +115,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.train.warmstart_cache_dir = ""  # "" = workdir/warmstart; a shared folder reuses a warm start across runs
     c.train.warmstart_levels = ()  # arithmetic levels whose solutions it sees (its band checks these); (): every level
     c.train.warmstart_band_levels = ()  # the taught levels the band checks, e.g. the easy ones; (): all taught levels
+    c.train.warmstart_level_weights = ()  # each level's share of supervised draws (one weight a level); (): the pool's
     c.train.quiet = False
     c.train.host_check_every_steps = 10  # multi-host: compare selector-state digests across hosts
 
@@ -147,9 +148,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.eval.benchmarks = ("synthetic",)
     c.eval.max_problems = 0  # 0: all
     c.eval.data_dir = ""  # folder holding the benchmark sets (../shared/data layout)
-    # Skip audit: this fraction of the prompts a strategy skipped is rolled out anyway after the
-    # step (never trained on, not shown to the strategy) to measure how many skips were right.
-    c.eval.skip_audit_fraction = 0.0
+    c.eval.skip_audit_fraction = 0.0  # share of skipped prompts rolled out anyway (never trained on): were skips right?
 
     c.logging = ml_collections.ConfigDict()  # optional sinks beside metrics.jsonl and TensorBoard
     c.logging.wandb = False  # needs `pip install -e .[wandb]`
@@ -171,12 +170,9 @@ def _positive_ints(value) -> str | None:
     return None
 
 
-def _mesh_axis(value) -> str | None:
-    return None if value == -1 or value >= 1 else "must be >= 1, or -1 to fill"
-
-
-def _dataset_name(value) -> str | None:
-    return None if value in ("", *catalog.TRAINING_SETS) else f"must be '' or one of {', '.join(catalog.TRAINING_SETS)}"
+_mesh_axis = lambda value: None if value == -1 or value >= 1 else "must be >= 1, or -1 to fill"  # noqa: E731
+_dataset_name = lambda value: (  # noqa: E731
+    None if value in ("", *catalog.TRAINING_SETS) else f"must be '' or one of {', '.join(catalog.TRAINING_SETS)}")
 
 
 FIELD_SPECS: dict[str, Spec] = {
@@ -246,6 +242,7 @@ FIELD_SPECS: dict[str, Spec] = {
     "train.warmstart_cache_dir": Spec(STR),
     "train.warmstart_levels": Spec(SEQ, check=arith.check_levels),
     "train.warmstart_band_levels": Spec(SEQ, check=arith.check_levels),
+    "train.warmstart_level_weights": Spec(SEQ, check=arith.check_level_weights),
     "train.quiet": Spec(BOOL),
     "train.host_check_every_steps": Spec(INT, 0),
     "mesh.data": Spec(INT, check=_mesh_axis),
@@ -305,13 +302,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         raise ConfigError(f"rl.micro_batch_size: {rl.micro_batch_size} must divide the responses of a "
                           f"mini-batch ({rl.mini_batch_size} x {rl.group_size})")
     _validate_warmstart_band(train, data)
-    if train.warmstart_levels and data.source != "arith":
-        raise ConfigError(f"train.warmstart_levels: only arithmetic prompts have levels; data.source is "
-                          f"{data.source!r}")
-    if train.warmstart_levels and data.arith_level_weights and not any(
-            data.arith_level_weights[v] > 0 for v in train.warmstart_levels):
-        raise ConfigError(f"train.warmstart_levels: none of {tuple(train.warmstart_levels)} has a positive "
-                          f"weight in data.arith_level_weights, so the warm start would have no examples")
+    _validate_warmstart_levels(train, data)
     if data.source in ("parquet", "jsonl") and data.dataset:
         _check_dataset(data)
     elif data.source in ("parquet", "jsonl"):
@@ -337,11 +328,6 @@ def _validate_warmstart_band(train: ml_collections.ConfigDict, data: ml_collecti
             raise ConfigError(f"train.warmstart_{name}: the band is off; set train.warmstart_accuracy_low > 0 to stop "
                               "the warm start on it")
         return
-    weights = data.arith_level_weights or (1,) * len(arith.LEVELS)
-    if train.warmstart_band_levels and (data.source != "arith" or any(
-            v not in (train.warmstart_levels or arith.LEVELS) or not weights[v] for v in train.warmstart_band_levels)):
-        raise ConfigError(f"train.warmstart_band_levels: {tuple(train.warmstart_band_levels)} must be arithmetic "
-                          "levels the warm start teaches (train.warmstart_levels) with a positive weight")
     if train.warmstart_accuracy_high < train.warmstart_accuracy_low:
         raise ConfigError(f"train.warmstart_accuracy_high: must be >= train.warmstart_accuracy_low "
                           f"({train.warmstart_accuracy_low}), got {train.warmstart_accuracy_high}")
@@ -354,6 +340,19 @@ def _validate_warmstart_band(train: ml_collections.ConfigDict, data: ml_collecti
     if data.source == "arith" and train.warmstart_validation_rows >= data.arith_num_train:
         raise ConfigError(f"train.warmstart_validation_rows: {train.warmstart_validation_rows} must be fewer than "
                           f"data.arith_num_train ({data.arith_num_train}): the rest are the supervised data")
+
+
+def _validate_warmstart_levels(train: ml_collections.ConfigDict, data: ml_collections.ConfigDict) -> None:
+    """Level choices are arithmetic only and must leave rows to teach or check (taught, and in the pool)."""
+    in_pool = [v for v in arith.LEVELS if not data.arith_level_weights or data.arith_level_weights[v] > 0]
+    taught = {v for v in (train.warmstart_levels or arith.LEVELS) if v in in_pool}
+    drawn = {v for v, w in enumerate(train.warmstart_level_weights) if w > 0}
+    band = set(train.warmstart_band_levels)
+    for name, levels, fine in (("levels", train.warmstart_levels, taught), ("band_levels", band, band <= taught),
+                               ("level_weights", drawn, drawn <= taught)):
+        if levels and (data.source != "arith" or not fine):
+            raise ConfigError(f"train.warmstart_{name}: {tuple(sorted(levels))} must name arithmetic levels the warm "
+                              "start teaches (train.warmstart_levels) and the pool holds (data.arith_level_weights)")
 
 
 def _validate_selection(sel: ml_collections.ConfigDict, group_size: int, seed: int) -> None:

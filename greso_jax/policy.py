@@ -7,11 +7,13 @@ Hugging Face folder or the parameters of a run's checkpoint.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import os
 
 import jax
+import numpy as np
 from flax import nnx
 
 from greso_jax.benchmark_scoring import EVAL_SEED_OFFSET, sample_and_grade
@@ -71,6 +73,12 @@ def build_policy(config, tokenizer, train_rows, workdir: str, mesh, log=print, r
         checked = set(t.warmstart_band_levels) or levels
         validation = [row for row in train_rows[:split] if row.difficulty in checked]
         supervised = [row for row in train_rows[split:] if row.difficulty in levels]
+        row_weights = None
+        if t.warmstart_level_weights:  # each level's share of the supervised draws, its rows alike within it
+            counts = collections.Counter(row.difficulty for row in supervised)
+            row_weights = np.array([t.warmstart_level_weights[row.difficulty] / counts[row.difficulty]
+                                    for row in supervised])
+            row_weights /= row_weights.sum()
         pairs = [(tokenizer.encode(format_prompt(row, config.data.prompt_template, tokenizer)),
                   tokenizer.encode(arith.solution_text(row))) for row in supervised]
         width = max(len(p) + len(s) + 1 for p, s in pairs)
@@ -79,7 +87,7 @@ def build_policy(config, tokenizer, train_rows, workdir: str, mesh, log=print, r
             eos_id=tokenizer.eos_ids[0], pad_id=tokenizer.pad_id, width=width, steps=t.warmstart_steps,
             batch_size=t.warmstart_batch_size, learning_rate=t.warmstart_learning_rate, seed=config.seed,
             band=accuracy_band(config, tokenizer, validation) if band else None, log=log,
-            write_cache=jax.process_index() == 0)
+            write_cache=jax.process_index() == 0, row_weights=row_weights)
         if band and report is not None:
             report.update({"warmstart/steps": record["steps"], "warmstart/accuracy": record["accuracy"]})
     return place_on_mesh(model, mesh)

@@ -67,10 +67,19 @@ def _loss(model: Qwen2, ids, mask):
     return jnp.sum(nll * target_mask) / jnp.maximum(jnp.sum(target_mask), 1.0)
 
 
+def draw_batch_rows(rng: np.random.Generator, num_rows: int, batch_size: int,
+                    row_weights: np.ndarray | None) -> np.ndarray:
+    """[batch_size] row indices: uniform (the stream unweighted warm starts always drew), or by `row_weights`."""
+    if row_weights is None:
+        return rng.integers(0, num_rows, batch_size)
+    return rng.choice(num_rows, batch_size, p=row_weights)
+
+
 def supervised_train(model: Qwen2, ids: np.ndarray, mask: np.ndarray, *, steps: int, batch_size: int,
-                     learning_rate: float, seed: int, stop: Callable[[Qwen2, int], bool] | None = None) -> list[float]:
+                     learning_rate: float, seed: int, stop: Callable[[Qwen2, int], bool] | None = None,
+                     row_weights: np.ndarray | None = None) -> list[float]:
     """Teacher-forced cross entropy on the masked tokens with AdamW for at most `steps` steps; updates
-    `model` in place. `stop(model, step)` runs after each step (counted from 1) and ends training when
+    `model` in place. Batches draw rows uniformly, or with the probabilities `row_weights` [N]. `stop(model, step)` runs after each step (counted from 1) and ends training when
     it returns True; the schedule always spans `steps`, so stopping at step s leaves the weights a
     longer run had at s. Returns the loss of every step taken."""
     optimizer = nnx.Optimizer(model, optax.adamw(optax.warmup_cosine_decay_schedule(
@@ -86,7 +95,7 @@ def supervised_train(model: Qwen2, ids: np.ndarray, mask: np.ndarray, *, steps: 
     order = np.random.default_rng(seed)
     losses = []
     for step in range(1, steps + 1):
-        rows = order.integers(0, len(ids), batch_size)
+        rows = draw_batch_rows(order, len(ids), batch_size, row_weights)
         losses.append(float(step_fn(model, optimizer, jnp.asarray(ids[rows]), jnp.asarray(mask[rows]))))
         if stop is not None and stop(model, step):
             break
@@ -100,15 +109,17 @@ def warmstart_folder(cache_dir: str, key: dict) -> str:
 
 def cached_warmstart(model: Qwen2, pairs, *, cache_dir: str, eos_id: int, pad_id: int, width: int, steps: int,
                      batch_size: int, learning_rate: float, seed: int, band: AccuracyBand | None = None, log=print,
-                     write_cache: bool = True) -> tuple[Qwen2, dict]:
+                     write_cache: bool = True, row_weights: np.ndarray | None = None) -> tuple[Qwen2, dict]:
     """Returns the warm-started model and its record (final_loss, steps; with a band also the accuracy
     it stopped at and the (step, accuracy) trace of its checks), from `warmstart_folder(cache_dir, key)`
     when a run with the same settings wrote it. Training is deterministic, so on several hosts each
     trains its own identical copy and only one (`write_cache`) writes the cache. Raises WarmStartError
-    when a band's run ends outside it."""
+    when a band's run ends outside it. `row_weights` [len(pairs)]: as in `supervised_train`."""
     key = {"steps": steps, "batch_size": batch_size, "learning_rate": learning_rate, "seed": seed,
            "width": width, "model": repr(model.cfg),
            "data": hashlib.sha256(json.dumps([list(map(list, p)) for p in pairs]).encode()).hexdigest()}
+    if row_weights is not None:  # absent when uniform, so earlier warm starts keep their folders
+        key["row_weights"] = hashlib.sha256(np.asarray(row_weights, np.float64).tobytes()).hexdigest()
     if band is not None:  # absent without a band, so fixed-step warm starts keep their folders
         key["band"] = {"low": band.low, "high": band.high, "check_every": band.check_every, **band.settings}
     folder = warmstart_folder(cache_dir, key)
@@ -134,7 +145,7 @@ def cached_warmstart(model: Qwen2, pairs, *, cache_dir: str, eos_id: int, pad_id
         return trace[-1][1] >= band.low
 
     losses = supervised_train(model, ids, mask, steps=steps, batch_size=batch_size, learning_rate=learning_rate,
-                              seed=seed, stop=reached_band if band is not None else None)
+                              seed=seed, stop=reached_band if band is not None else None, row_weights=row_weights)
     if not np.isfinite(losses[-1]):
         raise FloatingPointError(f"warm start diverged: final loss {losses[-1]}")
     record = {"final_loss": losses[-1], "steps": len(losses)}

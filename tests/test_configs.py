@@ -57,6 +57,7 @@ BAD_CASES = [
     ("train.warmstart_levels", (1, 1)),
     ("train.warmstart_levels", ("0",)),
     ("train.warmstart_band_levels", (8,)),
+    ("train.warmstart_level_weights", (1, 1)),  # one weight per level
 ]
 
 
@@ -96,6 +97,10 @@ def test_cross_field_checks_name_the_field(tmp_path):
           "train.warmstart_band_levels": (2,)}, "train.warmstart_band_levels"),  # not taught
         ({"train.warmstart_steps": 100, "train.warmstart_accuracy_low": 0.3, "train.warmstart_band_levels": (6,),
           "data.arith_level_weights": (1, 1, 1, 1, 1, 1, 0, 0)}, "train.warmstart_band_levels"),  # no rows to check
+        ({"train.warmstart_levels": (0, 1), "train.warmstart_level_weights": (1, 1, 1, 0, 0, 0, 0, 0)},
+         "train.warmstart_level_weights"),  # draws from an untaught level
+        ({"train.warmstart_level_weights": (1, 0, 0, 0, 0, 0, 0, 0), "data.source": "jsonl", "data.path": __file__},
+         "train.warmstart_level_weights"),
     ]
     for overrides, field in cases:
         config = get_config()

@@ -15,7 +15,8 @@ from greso_jax.data.sources import load_source
 from greso_jax.models import PRESETS, init_model
 from greso_jax.parallel import make_mesh
 from greso_jax.policy import build_policy, build_tokenizer
-from greso_jax.warmstart import AccuracyBand, WarmStartError, cached_warmstart, pack_examples, supervised_train
+from greso_jax.warmstart import (AccuracyBand, WarmStartError, cached_warmstart, draw_batch_rows, pack_examples,
+                                 supervised_train)
 
 CFG = PRESETS["tiny-test"].replace(num_layers=1)
 PAIRS = [([1, 2, 3], [4, 5]), ([2, 3], [6, 7, 8]), ([3, 1], [5])]  # (prompt, target) token ids
@@ -166,6 +167,29 @@ def test_band_levels_check_a_subset_of_the_taught_levels(tmp_path, monkeypatch):
     build_policy(c, build_tokenizer(c), rows, str(tmp_path), make_mesh(1, 1, 1), log=lambda *a: None)
     assert graded == [[row for row in rows[:8] if row.difficulty == 0]] and graded[0]
     assert len(taught[0]) == sum(row.difficulty in (0, 1, 2) for row in rows[8:])
+
+
+def test_level_weights_set_each_levels_share_of_the_supervised_draws(tmp_path, monkeypatch):
+    c, rows = _arith_config(warmstart_level_weights=(3, 1, 0, 0, 0, 0, 0, 0))
+    drawn = []
+    monkeypatch.setattr(policy, "cached_warmstart", lambda model, pairs, **kwargs: (
+        drawn.append(kwargs["row_weights"]), cached_warmstart(model, pairs, **kwargs))[1])
+    build_policy(c, build_tokenizer(c), rows, str(tmp_path), make_mesh(1, 1, 1), log=lambda *a: None)
+    levels = np.array([row.difficulty for row in rows])
+    assert {0, 1} < set(levels)  # other levels are in the pool, and get no draws
+    weights = drawn[0]
+    assert weights.shape == (len(rows),) and weights.sum() == pytest.approx(1.0)
+    assert weights[levels == 0].sum() == pytest.approx(0.75) and weights[levels == 1].sum() == pytest.approx(0.25)
+    assert np.ptp(weights[levels == 0]) == 0  # rows alike within a level
+
+
+def test_batch_rows_are_uniform_without_weights_and_follow_them_with():
+    uniform = draw_batch_rows(np.random.default_rng(5), 10, 64, None)
+    np.testing.assert_array_equal(uniform, np.random.default_rng(5).integers(0, 10, 64))  # the unweighted stream
+    weights = np.array([0.75, 0.25] + [0.0] * 8)
+    rng = np.random.default_rng(5)
+    drawn = np.concatenate([draw_batch_rows(rng, 10, 64, weights) for _ in range(50)])
+    assert set(drawn) == {0, 1} and abs((drawn == 0).mean() - 0.75) < 0.03
 
 
 @pytest.mark.slow  # real sampled checks on a training warm start
