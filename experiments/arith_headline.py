@@ -60,11 +60,17 @@ HEADLINE_LEVEL_WEIGHTS = (0.25, 0.15, 0.1, 0.1, 0.05, 0.15, 0.05, 0.15)
 CONSISTENT_LEVEL_WEIGHTS = (0.2, 0.25, 0.05, 0.1, 0.0, 0.15, 0.1, 0.15)
 CONSISTENT_TAUGHT_LEVELS = (0, 1, 2, 3, 5)
 
+# The `mastered` mix: the same taught and untaught levels, twice the learnable share (three-digit
+# a+b and a+b-c, which RL moves most), and a warm start that drills the easy levels (70% of its
+# draws) until they are mastered: its band checks only them, at 0.975.
+MASTERED_LEVEL_WEIGHTS = (0.15, 0.2, 0.15, 0.15, 0.0, 0.1, 0.1, 0.15)
+MASTERED_WARMSTART_WEIGHTS = (0.35, 0.35, 0.1, 0.1, 0.0, 0.1, 0.0, 0.0)
+
 
 def get_config(variant: str = "greso"):
     options = [v.strip() for v in (variant or "greso").split(",") if v.strip()]
-    consistent = "consistent" in options
-    c = _arith_tiny().get_config(",".join(v for v in options if v != "consistent") or "greso")
+    consistent, mastered = "consistent" in options, "mastered" in options
+    c = _arith_tiny().get_config(",".join(v for v in options if v not in ("consistent", "mastered")) or "greso")
     c.data.arith_level_weights = HEADLINE_LEVEL_WEIGHTS
     # A warm start that stops on measured accuracy (validation rows kept out of its data), so
     # seeds and machines start RL from comparable policies.
@@ -76,6 +82,13 @@ def get_config(variant: str = "greso"):
         c.data.arith_level_weights = CONSISTENT_LEVEL_WEIGHTS
         c.train.warmstart_levels = CONSISTENT_TAUGHT_LEVELS
         c.train.warmstart_accuracy_low, c.train.warmstart_accuracy_high = 0.65, 0.85
+    if mastered:
+        c.data.arith_level_weights = MASTERED_LEVEL_WEIGHTS
+        c.train.warmstart_levels = CONSISTENT_TAUGHT_LEVELS
+        c.train.warmstart_level_weights = MASTERED_WARMSTART_WEIGHTS
+        c.train.warmstart_band_levels = (0, 1)
+        c.train.warmstart_accuracy_low, c.train.warmstart_accuracy_high = 0.975, 1.0
+        c.train.warmstart_validation_samples = 4
     c.train.num_steps = 120
     c.eval.every_steps = 10
     c.checkpoint.every_steps = 0

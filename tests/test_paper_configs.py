@@ -176,3 +176,6 @@ def test_the_headline_task_and_its_consistent_mix_validate_for_every_strategy():
         assert plain.selection.strategy == consistent.selection.strategy == name
         assert plain.train.warmstart_levels == () and consistent.train.warmstart_levels == (0, 1, 2, 3, 5)
         assert consistent.data.arith_level_weights != plain.data.arith_level_weights
+        mastered = validate(headline.get_config(f"{name},mastered"))
+        assert mastered.selection.strategy == name and mastered.train.warmstart_band_levels == (0, 1)
+        assert mastered.train.warmstart_level_weights != mastered.data.arith_level_weights
