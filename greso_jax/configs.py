@@ -26,6 +26,7 @@ from greso_jax.rl.optim import LR_SCHEDULES
 from greso_jax.sampling.shapes import DEFAULT_PROMPT_BUCKETS, DEFAULT_ROW_BUCKETS
 from greso_jax.selection.base import GROUP_SIZE_SPEC
 from greso_jax.specs import BOOL, FLOAT, INT, SEQ, STR, ConfigError, Spec, check_field
+from greso_jax.warmstart_fields import validate_warmstart_fields
 
 __all__ = ["ConfigError", "FIELD_SPECS", "get_config", "selection_field_docs", "validate"]
 
@@ -170,9 +171,12 @@ def _positive_ints(value) -> str | None:
     return None
 
 
-_mesh_axis = lambda value: None if value == -1 or value >= 1 else "must be >= 1, or -1 to fill"  # noqa: E731
-_dataset_name = lambda value: (  # noqa: E731
-    None if value in ("", *catalog.TRAINING_SETS) else f"must be '' or one of {', '.join(catalog.TRAINING_SETS)}")
+def _mesh_axis(value) -> str | None:
+    return None if value == -1 or value >= 1 else "must be >= 1, or -1 to fill"
+
+
+def _dataset_name(value) -> str | None:
+    return None if value in ("", *catalog.TRAINING_SETS) else f"must be '' or one of {', '.join(catalog.TRAINING_SETS)}"
 
 
 FIELD_SPECS: dict[str, Spec] = {
@@ -301,8 +305,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     if (rl.mini_batch_size * rl.group_size) % rl.micro_batch_size:
         raise ConfigError(f"rl.micro_batch_size: {rl.micro_batch_size} must divide the responses of a "
                           f"mini-batch ({rl.mini_batch_size} x {rl.group_size})")
-    _validate_warmstart_band(train, data)
-    _validate_warmstart_levels(train, data)
+    validate_warmstart_fields(train, data)
     if data.source in ("parquet", "jsonl") and data.dataset:
         _check_dataset(data)
     elif data.source in ("parquet", "jsonl"):
@@ -318,41 +321,6 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         if config.model.preset not in PRESETS:
             raise ConfigError(f"model.preset: {config.model.preset!r} is not one of {', '.join(PRESETS)}")
     return config
-
-
-def _validate_warmstart_band(train: ml_collections.ConfigDict, data: ml_collections.ConfigDict) -> None:
-    """A band needs low <= high, a maximum of steps holding a check, and training rows beside its validation rows."""
-    if not train.warmstart_accuracy_low:
-        if train.warmstart_accuracy_high != 1.0 or train.warmstart_band_levels:
-            name = "band_levels" if train.warmstart_band_levels else "accuracy_high"
-            raise ConfigError(f"train.warmstart_{name}: the band is off; set train.warmstart_accuracy_low > 0 to stop "
-                              "the warm start on it")
-        return
-    if train.warmstart_accuracy_high < train.warmstart_accuracy_low:
-        raise ConfigError(f"train.warmstart_accuracy_high: must be >= train.warmstart_accuracy_low "
-                          f"({train.warmstart_accuracy_low}), got {train.warmstart_accuracy_high}")
-    if not train.warmstart_steps:
-        raise ConfigError("train.warmstart_steps: must be > 0 with train.warmstart_accuracy_low set (it is the "
-                          "band's maximum)")
-    if train.warmstart_check_every > train.warmstart_steps:
-        raise ConfigError(f"train.warmstart_check_every: {train.warmstart_check_every} is more than "
-                          f"train.warmstart_steps ({train.warmstart_steps}, the band's maximum): no check would run")
-    if data.source == "arith" and train.warmstart_validation_rows >= data.arith_num_train:
-        raise ConfigError(f"train.warmstart_validation_rows: {train.warmstart_validation_rows} must be fewer than "
-                          f"data.arith_num_train ({data.arith_num_train}): the rest are the supervised data")
-
-
-def _validate_warmstart_levels(train: ml_collections.ConfigDict, data: ml_collections.ConfigDict) -> None:
-    """Level choices are arithmetic only and must leave rows to teach or check (taught, and in the pool)."""
-    in_pool = [v for v in arith.LEVELS if not data.arith_level_weights or data.arith_level_weights[v] > 0]
-    taught = {v for v in (train.warmstart_levels or arith.LEVELS) if v in in_pool}
-    drawn = {v for v, w in enumerate(train.warmstart_level_weights) if w > 0}
-    band = set(train.warmstart_band_levels)
-    for name, levels, fine in (("levels", train.warmstart_levels, taught), ("band_levels", band, band <= taught),
-                               ("level_weights", drawn, drawn <= taught)):
-        if levels and (data.source != "arith" or not fine):
-            raise ConfigError(f"train.warmstart_{name}: {tuple(sorted(levels))} must name arithmetic levels the warm "
-                              "start teaches (train.warmstart_levels) and the pool holds (data.arith_level_weights)")
 
 
 def _validate_selection(sel: ml_collections.ConfigDict, group_size: int, seed: int) -> None:

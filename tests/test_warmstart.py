@@ -160,10 +160,17 @@ def test_band_levels_check_a_subset_of_the_taught_levels(tmp_path, monkeypatch):
     c, rows = _arith_config(warmstart_levels=(0, 1, 2), warmstart_band_levels=(0,), warmstart_accuracy_low=0.3,
                             warmstart_check_every=10)
     graded, taught = [], []
-    monkeypatch.setattr(policy, "sample_and_grade", lambda model, tokenizer, validation, **kwargs: (
-        graded.append(list(validation)), np.ones((len(validation), 1), bool))[1])
-    monkeypatch.setattr(policy, "cached_warmstart", lambda model, pairs, **kwargs: (
-        taught.append(pairs), cached_warmstart(model, pairs, **kwargs))[1])
+
+    def sample_and_grade(model, tokenizer, validation, **kwargs):
+        graded.append(list(validation))
+        return np.ones((len(validation), 1), bool)
+
+    def spy(model, pairs, **kwargs):
+        taught.append(pairs)
+        return cached_warmstart(model, pairs, **kwargs)
+
+    monkeypatch.setattr(policy, "sample_and_grade", sample_and_grade)
+    monkeypatch.setattr(policy, "cached_warmstart", spy)
     build_policy(c, build_tokenizer(c), rows, str(tmp_path), make_mesh(1, 1, 1), log=lambda *a: None)
     assert graded == [[row for row in rows[:8] if row.difficulty == 0]] and graded[0]
     assert len(taught[0]) == sum(row.difficulty in (0, 1, 2) for row in rows[8:])
@@ -172,8 +179,12 @@ def test_band_levels_check_a_subset_of_the_taught_levels(tmp_path, monkeypatch):
 def test_level_weights_set_each_levels_share_of_the_supervised_draws(tmp_path, monkeypatch):
     c, rows = _arith_config(warmstart_level_weights=(3, 1, 0, 0, 0, 0, 0, 0))
     drawn = []
-    monkeypatch.setattr(policy, "cached_warmstart", lambda model, pairs, **kwargs: (
-        drawn.append(kwargs["row_weights"]), cached_warmstart(model, pairs, **kwargs))[1])
+
+    def spy(model, pairs, **kwargs):
+        drawn.append(kwargs["row_weights"])
+        return cached_warmstart(model, pairs, **kwargs)
+
+    monkeypatch.setattr(policy, "cached_warmstart", spy)
     build_policy(c, build_tokenizer(c), rows, str(tmp_path), make_mesh(1, 1, 1), log=lambda *a: None)
     levels = np.array([row.difficulty for row in rows])
     assert {0, 1} < set(levels)  # other levels are in the pool, and get no draws
