@@ -126,6 +126,7 @@ def constant_policy(tmp_path_factory, aime_golds):
     return str(folder)
 
 
+@pytest.mark.slow  # one compile per benchmark's prompt bucket; the CLI test below covers aime24 in the fast suite
 def test_every_real_benchmark_end_to_end(constant_policy, shared_data):
     """Two problems of each real benchmark file: loaded, prompted, sampled, graded, summarised. The
     policy answers AIME24 problem 0 and nothing else, so AIME24's scores are known exactly."""
