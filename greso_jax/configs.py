@@ -117,6 +117,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.train.warmstart_levels = ()  # arithmetic levels whose solutions it sees (its band checks these); (): every level
     c.train.warmstart_band_levels = ()  # the taught levels the band checks, e.g. the easy ones; (): all taught levels
     c.train.warmstart_level_weights = ()  # each level's share of supervised draws (one weight a level); (): the pool's
+    c.train.warmstart_num_problems = 0  # > 0: supervise on that many problems apart from RL's and the held-out ones
     c.train.quiet = False
     c.train.host_check_every_steps = 10  # multi-host: compare selector-state digests across hosts
 
@@ -247,6 +248,7 @@ FIELD_SPECS: dict[str, Spec] = {
     "train.warmstart_levels": Spec(SEQ, check=arith.check_levels),
     "train.warmstart_band_levels": Spec(SEQ, check=arith.check_levels),
     "train.warmstart_level_weights": Spec(SEQ, check=arith.check_level_weights),
+    "train.warmstart_num_problems": Spec(INT, 0),
     "train.quiet": Spec(BOOL),
     "train.host_check_every_steps": Spec(INT, 0),
     "mesh.data": Spec(INT, check=_mesh_axis),

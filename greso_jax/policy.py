@@ -50,8 +50,8 @@ def model_config(config) -> ModelConfig:
 
 def build_policy(config, tokenizer, train_rows, workdir: str, mesh, log=print, report: dict | None = None):
     """The policy a run starts from, placed on `mesh`: model.path's weights, else the preset
-    initialised from config.seed and, for arithmetic with train.warmstart_steps, supervised on
-    `train_rows`' solutions (cached under train.warmstart_cache_dir, "" = workdir/warmstart). With
+    initialised from config.seed and, for arithmetic with train.warmstart_steps, supervised on the
+    solutions of `train_rows` or of train.warmstart_num_problems problems of its own (cached under train.warmstart_cache_dir, "" = workdir/warmstart). With
     train.warmstart_accuracy_low set, `report` receives warmstart/steps and warmstart/accuracy."""
     m = config.model
     if m.path:
@@ -64,15 +64,23 @@ def build_policy(config, tokenizer, train_rows, workdir: str, mesh, log=print, r
     t = config.train
     if t.warmstart_steps and config.data.source == "arith":
         band = t.warmstart_accuracy_low > 0
-        # The band's validation rows are the first training rows, left out of the supervised data so
+        # Supervised on RL's own prompts, the policy memorises their answers, which RL then meets as
+        # known outcomes that say nothing about unseen problems; its own pool, apart from RL's and
+        # the held-out problems, teaches the skill as pretraining does for a real RL set.
+        rows = train_rows
+        if t.warmstart_num_problems:
+            d = config.data
+            rows = arith.make_apart_pool(t.warmstart_num_problems, d.arith_num_train, d.arith_num_heldout,
+                                         d.arith_seed, arith.level_weights(d.arith_level_weights))
+        # The band's validation rows are the first of those rows, left out of the supervised data so
         # that the check measures generalisation as the held-out evaluation does, without reading it.
         split = t.warmstart_validation_rows if band else 0
         # A level left out (train.warmstart_levels) is one the policy has never been taught, as a
         # pretrained model has problems beyond it: RL meets it at a success rate of about zero.
-        levels = set(t.warmstart_levels) or {row.difficulty for row in train_rows}
+        levels = set(t.warmstart_levels) or {row.difficulty for row in rows}
         checked = set(t.warmstart_band_levels) or levels
-        validation = [row for row in train_rows[:split] if row.difficulty in checked]
-        supervised = [row for row in train_rows[split:] if row.difficulty in levels]
+        validation = [row for row in rows[:split] if row.difficulty in checked]
+        supervised = [row for row in rows[split:] if row.difficulty in levels]
         row_weights = None
         if t.warmstart_level_weights:  # each level's share of the supervised draws, its rows alike within it
             counts = collections.Counter(row.difficulty for row in supervised)

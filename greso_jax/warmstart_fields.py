@@ -1,4 +1,4 @@
-"""Cross-field checks of the warm start's config fields (train.warmstart_*): its accuracy band and its levels."""
+"""Cross-field checks of the warm start's config fields (train.warmstart_*): its accuracy band, levels and pool."""
 
 from __future__ import annotations
 
@@ -12,6 +12,16 @@ def validate_warmstart_fields(train: ml_collections.ConfigDict, data: ml_collect
     """Raises ConfigError naming the field when the band or a level choice cannot work."""
     _validate_warmstart_band(train, data)
     _validate_warmstart_levels(train, data)
+    if train.warmstart_num_problems and (data.source != "arith" or not train.warmstart_steps):
+        raise ConfigError(f"train.warmstart_num_problems: {train.warmstart_num_problems} problems of the warm start's "
+                          "own need an arithmetic warm start (data.source 'arith', train.warmstart_steps > 0)")
+    if train.warmstart_num_problems:
+        weights = arith.level_weights(data.arith_level_weights) or dict(arith.DEFAULT_LEVEL_WEIGHTS)
+        room = arith.pool_capacity(weights) - data.arith_num_train - data.arith_num_heldout
+        if train.warmstart_num_problems > room:
+            raise ConfigError(f"train.warmstart_num_problems: {train.warmstart_num_problems} is more than the "
+                              f"{room} problems data.arith_level_weights' levels hold beside the training and "
+                              "held-out pools")
 
 
 def _validate_warmstart_band(train: ml_collections.ConfigDict, data: ml_collections.ConfigDict) -> None:
@@ -31,9 +41,11 @@ def _validate_warmstart_band(train: ml_collections.ConfigDict, data: ml_collecti
     if train.warmstart_check_every > train.warmstart_steps:
         raise ConfigError(f"train.warmstart_check_every: {train.warmstart_check_every} is more than "
                           f"train.warmstart_steps ({train.warmstart_steps}, the band's maximum): no check would run")
-    if data.source == "arith" and train.warmstart_validation_rows >= data.arith_num_train:
+    supervised, name = ((train.warmstart_num_problems, "train.warmstart_num_problems") if train.warmstart_num_problems
+                        else (data.arith_num_train, "data.arith_num_train"))
+    if data.source == "arith" and train.warmstart_validation_rows >= supervised:
         raise ConfigError(f"train.warmstart_validation_rows: {train.warmstart_validation_rows} must be fewer than "
-                          f"data.arith_num_train ({data.arith_num_train}): the rest are the supervised data")
+                          f"{name} ({supervised}): the rest are the supervised data")
 
 
 def _validate_warmstart_levels(train: ml_collections.ConfigDict, data: ml_collections.ConfigDict) -> None:

@@ -27,6 +27,19 @@ def test_pools_disjoint_distinct_and_densely_numbered():
     assert [r.prompt_id for r in heldout] == list(range(600))
 
 
+def test_apart_pool_is_distinct_from_both_pools_deterministic_and_leaves_them_unchanged():
+    weights = {0: 1.0, 2: 1.0}  # two-digit sums: 10,000 problems, so collisions are drawn and must be refused
+    train, heldout = arith.make_arith_pools(3000, 600, seed=3, level_weights=weights)
+    apart = arith.make_apart_pool(4000, 3000, 600, seed=3, level_weights=weights)
+    assert apart == arith.make_apart_pool(4000, 3000, 600, seed=3, level_weights=weights)
+    questions = [r.question for r in apart]
+    assert len(set(questions)) == 4000 and not set(questions) & {r.question for r in train + heldout}
+    assert {r.difficulty for r in apart} == {0, 2} and [r.prompt_id for r in apart] == list(range(4000))
+    assert (train, heldout) == arith.make_arith_pools(3000, 600, seed=3, level_weights=weights)
+    with pytest.raises(ValueError, match="make_apart_pool: .* beside 3600 taken"):
+        arith.make_apart_pool(arith.pool_capacity(weights) - 3599, 3000, 600, seed=3, level_weights=weights)
+
+
 def test_difficulties_labelled_and_mixed():
     train, heldout = arith.make_arith_pools(3000, 600, seed=1234)
     counts = collections.Counter(r.difficulty for r in train)

@@ -101,6 +101,13 @@ def test_cross_field_checks_name_the_field(tmp_path):
          "train.warmstart_level_weights"),  # draws from an untaught level
         ({"train.warmstart_level_weights": (1, 0, 0, 0, 0, 0, 0, 0), "data.source": "jsonl", "data.path": __file__},
          "train.warmstart_level_weights"),
+        ({"train.warmstart_num_problems": 500}, "train.warmstart_num_problems"),  # no warm start to supervise
+        ({"train.warmstart_steps": 100, "train.warmstart_num_problems": 500, "data.source": "jsonl",
+          "data.path": __file__}, "train.warmstart_num_problems"),
+        ({"train.warmstart_steps": 100, "train.warmstart_num_problems": 17000,
+          "data.arith_level_weights": (1, 1, 0, 0, 0, 0, 0, 0)}, "train.warmstart_num_problems"),  # 20,000 in all
+        ({"train.warmstart_steps": 100, "train.warmstart_accuracy_low": 0.3, "train.warmstart_num_problems": 256},
+         "train.warmstart_validation_rows"),  # its own pool holds the validation rows
     ]
     for overrides, field in cases:
         config = get_config()

@@ -10,6 +10,7 @@ import trainer_config
 from flax import nnx
 
 from greso_jax import policy
+from greso_jax.data import arith
 from greso_jax.data.arith import solution_text as arith_solution
 from greso_jax.data.sources import load_source
 from greso_jax.models import PRESETS, init_model
@@ -192,6 +193,30 @@ def test_level_weights_set_each_levels_share_of_the_supervised_draws(tmp_path, m
     assert weights.shape == (len(rows),) and weights.sum() == pytest.approx(1.0)
     assert weights[levels == 0].sum() == pytest.approx(0.75) and weights[levels == 1].sum() == pytest.approx(0.25)
     assert np.ptp(weights[levels == 0]) == 0  # rows alike within a level
+
+
+def test_num_problems_supervise_on_a_pool_apart_from_the_training_and_held_out_problems(tmp_path, monkeypatch):
+    c, rows = _arith_config(warmstart_num_problems=30, warmstart_accuracy_low=0.3, warmstart_check_every=10)
+    graded, taught = [], []
+
+    def sample_and_grade(model, tokenizer, validation, **kwargs):
+        graded.append(list(validation))
+        return np.ones((len(validation), 1), bool)
+
+    def spy(model, pairs, **kwargs):
+        taught.append(pairs)
+        return cached_warmstart(model, pairs, **kwargs)
+
+    monkeypatch.setattr(policy, "sample_and_grade", sample_and_grade)
+    monkeypatch.setattr(policy, "cached_warmstart", spy)
+    tokenizer = build_tokenizer(c)
+    build_policy(c, tokenizer, rows, str(tmp_path), make_mesh(1, 1, 1), log=lambda *a: None)
+    d = c.data
+    apart = arith.make_apart_pool(30, d.arith_num_train, d.arith_num_heldout, d.arith_seed)
+    assert graded == [apart[:8]]  # the band checks its own pool's first rows
+    assert [tokenizer.decode(target) for _, target in taught[0]] == [arith_solution(row) for row in apart[8:]]
+    _, heldout = arith.make_arith_pools(d.arith_num_train, d.arith_num_heldout, d.arith_seed)
+    assert not {row.question for row in apart} & {row.question for row in rows + heldout}
 
 
 def test_batch_rows_are_uniform_without_weights_and_follow_them_with():

@@ -198,43 +198,63 @@ def make_problem(rng: np.random.Generator, level: int) -> str:
     return "".join(str(next(values)).zfill(next(widths)) if ch.isalpha() else ch for ch in shape.pattern) + "="
 
 
+def pool_capacity(weights: dict[int, float]) -> int:
+    """How many distinct problems the levels of positive weight in `weights` (level → weight) hold."""
+    return sum(math.prod(10 ** w for w in LEVELS[level].widths) for level, weight in weights.items() if weight > 0)
+
+
+def _draw_distinct(rng: np.random.Generator, weights: dict[int, float], count: int, taken=frozenset(),
+                   who: str = "make_arith_pools") -> list[tuple[str, int]]:
+    """`count` distinct (question, level) pairs, levels drawn by `weights`, none of them in `taken`."""
+    unknown = set(weights) - set(LEVELS)
+    if unknown or not weights or min(weights.values()) < 0 or sum(weights.values()) <= 0:
+        raise ValueError(f"level_weights: need non-negative weights over levels {sorted(LEVELS)}, got {weights}")
+    levels = np.array(sorted(weights))
+    probabilities = np.array([weights[level] for level in levels], dtype=np.float64)
+    probabilities /= probabilities.sum()
+    capacity = pool_capacity(weights)
+    if count + len(taken) > capacity:
+        raise ValueError(f"{who}: {count} distinct problems requested beside {len(taken)} taken, levels {weights} "
+                         f"have at most {capacity}")
+    drawn: dict[str, int] = {}
+    misses = 0
+    while len(drawn) < count:
+        for level in rng.choice(levels, size=count - len(drawn), p=probabilities):
+            question = make_problem(rng, int(level))
+            if question in drawn or question in taken:
+                misses += 1
+            else:
+                drawn[question] = int(level)
+        if misses > 20 * count + 1000:
+            raise ValueError(f"{who}: could not draw {count} distinct problems from levels {weights}")
+    return list(drawn.items())
+
+
+def _rows(items) -> list[PromptRow]:
+    return [PromptRow(prompt_id=i, question=q, ground_truth=str(running_totals(q)[-1]), data_source=DATA_SOURCE,
+                      difficulty=level) for i, (q, level) in enumerate(items)]
+
+
 def make_arith_pools(num_train: int, num_heldout: int, seed: int,
                      level_weights: dict[int, float] | None = None) -> tuple[list[PromptRow], list[PromptRow]]:
     """Disjoint training and held-out pools of distinct problems, deterministic in `seed`.
     `level_weights` (level → weight) is the difficulty knob; prompt ids are dense per pool."""
-    weights = dict(DEFAULT_LEVEL_WEIGHTS if level_weights is None else level_weights)
-    unknown = set(weights) - set(LEVELS)
-    if unknown or not weights or min(weights.values()) < 0 or sum(weights.values()) <= 0:
-        raise ValueError(f"level_weights: need non-negative weights over levels {sorted(LEVELS)}, got {weights}")
     if num_train < 0 or num_heldout < 0:
         raise ValueError(f"make_arith_pools: sizes must be >= 0, got {num_train}, {num_heldout}")
-    levels = np.array(sorted(weights))
-    probabilities = np.array([weights[level] for level in levels], dtype=np.float64)
-    probabilities /= probabilities.sum()
-    wanted = num_train + num_heldout
-    capacity = sum(math.prod(10 ** w for w in LEVELS[level].widths) for level in levels if weights[level] > 0)
-    if wanted > capacity:
-        raise ValueError(f"make_arith_pools: {wanted} distinct problems requested, levels {weights} have at most "
-                         f"{capacity}")
-    rng = np.random.default_rng(seed)
-    seen: dict[str, int] = {}
-    misses = 0
-    while len(seen) < wanted:
-        for level in rng.choice(levels, size=wanted - len(seen), p=probabilities):
-            question = make_problem(rng, int(level))
-            if question in seen:
-                misses += 1
-            else:
-                seen[question] = int(level)
-        if misses > 20 * wanted + 1000:
-            raise ValueError(f"make_arith_pools: could not draw {wanted} distinct problems from levels {weights}")
-    problems = list(seen.items())
+    weights = dict(DEFAULT_LEVEL_WEIGHTS if level_weights is None else level_weights)
+    problems = _draw_distinct(np.random.default_rng(seed), weights, num_train + num_heldout)
+    return _rows(problems[:num_train]), _rows(problems[num_train:])
 
-    def rows(items) -> list[PromptRow]:
-        return [PromptRow(prompt_id=i, question=q, ground_truth=str(running_totals(q)[-1]), data_source=DATA_SOURCE,
-                          difficulty=level) for i, (q, level) in enumerate(items)]
 
-    return rows(problems[:num_train]), rows(problems[num_train:])
+def make_apart_pool(num: int, num_train: int, num_heldout: int, seed: int,
+                    level_weights: dict[int, float] | None = None) -> list[PromptRow]:
+    """`num` distinct problems of the same generator settings, none in the training or held-out pool
+    of `make_arith_pools(num_train, num_heldout, seed, level_weights)`: a warm start's own supervision
+    set, so that RL meets prompts the policy has never seen. Deterministic in `seed` (its own stream)."""
+    weights = dict(DEFAULT_LEVEL_WEIGHTS if level_weights is None else level_weights)
+    train, heldout = make_arith_pools(num_train, num_heldout, seed, weights)
+    taken = frozenset(row.question for row in train + heldout)
+    return _rows(_draw_distinct(np.random.default_rng([seed, 1]), weights, num, taken, who="make_apart_pool"))
 
 
 def difficulty_band(level: int) -> str:
