@@ -1,5 +1,6 @@
 """The level profile's estimates (experiments/bench/level_profile.py): unbiased zero-variance and repeat chances."""
 
+import collections
 import importlib.util
 import os
 
@@ -38,6 +39,12 @@ def test_certain_outcomes_and_too_few_samples(profile):
         profile.level_outcomes(np.ones((5, 12), bool), group_size=8)
 
 
+def profiled_prompts(stdout: str) -> dict[int, int]:
+    """{level: prompts profiled} from the script's table."""
+    rows = [line.split() for line in stdout.splitlines()]
+    return {int(row[0]): int(row[2]) for row in rows if row and row[0].isdigit()}
+
+
 @pytest.mark.slow  # a two-step RL run, then the script in a subprocess on its checkpoint
 def test_run_dir_profiles_a_checkpointed_step_and_names_a_missing_one(tmp_path, warm_policy):
     import subprocess
@@ -56,8 +63,14 @@ def test_run_dir_profiles_a_checkpointed_step_and_names_a_missing_one(tmp_path, 
             f"--run_dir={tmp_path / 'run'}", "--per_level=4", "--samples=8", "--config.rl.group_size=4"]
     done = subprocess.run(args + ["--step=2"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    levels = sorted({int(line.split()[0]) for line in done.stdout.splitlines() if line.split()[:1] != ["level"]
-                     and line.split()[0].isdigit()})
+    levels = sorted(profiled_prompts(done.stdout))
     assert levels and set(levels) <= set(range(8))
+    heldout = subprocess.run(args + ["--step=2", "--heldout"], capture_output=True, text=True, timeout=300)
+    assert heldout.returncode == 0, heldout.stderr[-2000:]
+    from greso_jax.from_config import rows_from_config
+
+    pool = rows_from_config(config)[1]["synthetic"]
+    expected = {level: min(4, n) for level, n in collections.Counter(row.difficulty for row in pool).items()}
+    assert profiled_prompts(heldout.stdout) == expected  # the held-out pool's rows, not the training prompts'
     missing = subprocess.run(args + ["--step=7"], capture_output=True, text=True, timeout=300)
     assert missing.returncode != 0 and "7" in missing.stderr.splitlines()[-1]

@@ -11,7 +11,8 @@ the repeat chance E[p^2G] / E[p^G] carries no small-sample bias.
   python experiments/bench/level_profile.py --config experiments/arith_tiny.py:vanilla --workdir /tmp/prof
 
 With --run_dir and --step it profiles that step's checkpoint of an RL run (the run's own config)
-instead of the warm start: which levels RL moved, and how far.
+instead of the warm start: which levels RL moved, and how far; with --heldout, on the held-out
+rows, so the two together say whether RL's gain on its prompts carries over to unseen ones.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ _PER_LEVEL = flags.DEFINE_integer("per_level", 64, "training prompts sampled per
 _SAMPLES = flags.DEFINE_integer("samples", 32, "responses per prompt (at least twice the group size)")
 _RUN_DIR = flags.DEFINE_string("run_dir", "", "an RL run's workdir: profile its checkpoint at --step, not the warm start")
 _STEP = flags.DEFINE_integer("step", None, "the checkpointed step of --run_dir to profile (default: its latest)")
+_HELDOUT = flags.DEFINE_bool("heldout", False, "profile the held-out rows instead of the training prompts: what "
+                             "RL moved on prompts it never trained on (generalisation, not memory)")
 
 
 def power_estimates(hits: np.ndarray, samples: int, power: int) -> np.ndarray:
@@ -68,14 +71,16 @@ def main(argv):
     if not (_WORKDIR.value or _RUN_DIR.value):
         raise app.UsageError("--workdir (the warm start's cache) or --run_dir (an RL run) is required")
     tokenizer = build_tokenizer(c)
-    train_rows, _ = rows_from_config(c)
+    train_rows, eval_sets = rows_from_config(c)
+    if _HELDOUT.value and "synthetic" not in eval_sets:
+        raise app.UsageError("--heldout: the config has no arithmetic held-out pool (eval.benchmarks 'synthetic')")
     mesh = mesh_from_config(c.mesh)
     if _RUN_DIR.value:
         model = load_policy(c, mesh, workdir=os.path.abspath(_RUN_DIR.value), step=_STEP.value)
     else:
         model = build_policy(c, tokenizer, train_rows, os.path.abspath(_WORKDIR.value), mesh, log=print)
     by_level = collections.defaultdict(list)
-    for row in train_rows:
+    for row in eval_sets["synthetic"] if _HELDOUT.value else train_rows:
         if len(by_level[row.difficulty]) < _PER_LEVEL.value:
             by_level[row.difficulty].append(row)
     pool = GradingPool(num_workers=1, timeout_s=c.data.grading_timeout_s, shaping=c.data.reward_shaping)
