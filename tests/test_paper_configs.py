@@ -168,7 +168,7 @@ def test_abstract_models_shard_over_fsdp8():
         assert int(sharded) > 0 and int(per_device) <= int(total) / 8 * 1.01
 
 
-def test_the_headline_task_and_its_consistent_mix_validate_for_every_strategy():
+def test_the_headline_task_and_its_variants_validate_for_every_strategy():
     headline = load_experiment("arith_headline.py")
     for name in training_strategies():
         plain, consistent = headline.get_config(name), headline.get_config(f"{name},consistent")
@@ -179,3 +179,8 @@ def test_the_headline_task_and_its_consistent_mix_validate_for_every_strategy():
         mastered = validate(headline.get_config(f"{name},mastered"))
         assert mastered.selection.strategy == name and mastered.train.warmstart_band_levels == (0, 1)
         assert mastered.train.warmstart_level_weights != mastered.data.arith_level_weights
+        unseen = validate(headline.get_config(f"{name},unseen"))
+        assert unseen.selection.strategy == name and unseen.train.warmstart_num_problems > 0
+        assert mastered.train.warmstart_num_problems == 0
+        assert (unseen.data.arith_level_weights, unseen.train.warmstart_level_weights) == (
+            mastered.data.arith_level_weights, mastered.train.warmstart_level_weights)
