@@ -28,6 +28,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from greso_jax.benchmark_scoring import sample_and_grade
+from greso_jax.checkpoint import checkpoint_dir, latest_step
 from greso_jax.configs import validate
 from greso_jax.data import arith
 from greso_jax.from_config import rows_from_config
@@ -76,7 +77,11 @@ def main(argv):
         raise app.UsageError("--heldout: the config has no arithmetic held-out pool (eval.benchmarks 'synthetic')")
     mesh = mesh_from_config(c.mesh)
     if _RUN_DIR.value:
-        model = load_policy(c, mesh, workdir=os.path.abspath(_RUN_DIR.value), step=_STEP.value)
+        run_dir = os.path.abspath(_RUN_DIR.value)
+        step = latest_step(checkpoint_dir(run_dir)) if _STEP.value is None else _STEP.value
+        if step is None:
+            raise app.UsageError(f"--run_dir: {run_dir} has no finished checkpoint")
+        model = load_policy(c, mesh, workdir=run_dir, step=step)
     else:
         model = build_policy(c, tokenizer, train_rows, os.path.abspath(_WORKDIR.value), mesh, log=print)
     by_level = collections.defaultdict(list)
