@@ -134,14 +134,14 @@ def test_build_policy_samples_the_first_training_rows_and_reports_where_it_stopp
     assert report == {"warmstart/steps": 10, "warmstart/accuracy": 0.5} and len(graded) == 2
 
 
-def test_warmstart_levels_teach_and_check_only_those_levels(tmp_path, monkeypatch):
-    c, rows = _arith_config(warmstart_levels=(0, 1), warmstart_accuracy_low=0.3, warmstart_accuracy_high=0.6,
-                            warmstart_check_every=10)
+def _record_warmstart(monkeypatch, correct):
+    """Records the validation rows each band check grades (graded by `correct(rows)` -> bool [R, 1])
+    and the supervised pairs each warm start is given; returns (graded, taught)."""
     graded, taught = [], []
 
     def sample_and_grade(model, tokenizer, validation, **kwargs):
         graded.append(list(validation))
-        return np.arange(len(validation))[:, None] % 2 == 0  # about half right: inside the band
+        return correct(validation)
 
     def spy(model, pairs, **kwargs):
         taught.append(pairs)
@@ -149,6 +149,14 @@ def test_warmstart_levels_teach_and_check_only_those_levels(tmp_path, monkeypatc
 
     monkeypatch.setattr(policy, "sample_and_grade", sample_and_grade)
     monkeypatch.setattr(policy, "cached_warmstart", spy)
+    return graded, taught
+
+
+def test_warmstart_levels_teach_and_check_only_those_levels(tmp_path, monkeypatch):
+    c, rows = _arith_config(warmstart_levels=(0, 1), warmstart_accuracy_low=0.3, warmstart_accuracy_high=0.6,
+                            warmstart_check_every=10)
+    # About half right: inside the band.
+    graded, taught = _record_warmstart(monkeypatch, lambda rows: np.arange(len(rows))[:, None] % 2 == 0)
     tokenizer = build_tokenizer(c)
     build_policy(c, tokenizer, rows, str(tmp_path), make_mesh(1, 1, 1), log=lambda *a: None)
     assert graded == [[row for row in rows[:8] if row.difficulty in (0, 1)]] and graded[0]
@@ -160,18 +168,7 @@ def test_warmstart_levels_teach_and_check_only_those_levels(tmp_path, monkeypatc
 def test_band_levels_check_a_subset_of_the_taught_levels(tmp_path, monkeypatch):
     c, rows = _arith_config(warmstart_levels=(0, 1, 2), warmstart_band_levels=(0,), warmstart_accuracy_low=0.3,
                             warmstart_check_every=10)
-    graded, taught = [], []
-
-    def sample_and_grade(model, tokenizer, validation, **kwargs):
-        graded.append(list(validation))
-        return np.ones((len(validation), 1), bool)
-
-    def spy(model, pairs, **kwargs):
-        taught.append(pairs)
-        return cached_warmstart(model, pairs, **kwargs)
-
-    monkeypatch.setattr(policy, "sample_and_grade", sample_and_grade)
-    monkeypatch.setattr(policy, "cached_warmstart", spy)
+    graded, taught = _record_warmstart(monkeypatch, lambda rows: np.ones((len(rows), 1), bool))
     build_policy(c, build_tokenizer(c), rows, str(tmp_path), make_mesh(1, 1, 1), log=lambda *a: None)
     assert graded == [[row for row in rows[:8] if row.difficulty == 0]] and graded[0]
     assert len(taught[0]) == sum(row.difficulty in (0, 1, 2) for row in rows[8:])
@@ -197,18 +194,7 @@ def test_level_weights_set_each_levels_share_of_the_supervised_draws(tmp_path, m
 
 def test_num_problems_supervise_on_a_pool_apart_from_the_training_and_held_out_problems(tmp_path, monkeypatch):
     c, rows = _arith_config(warmstart_num_problems=30, warmstart_accuracy_low=0.3, warmstart_check_every=10)
-    graded, taught = [], []
-
-    def sample_and_grade(model, tokenizer, validation, **kwargs):
-        graded.append(list(validation))
-        return np.ones((len(validation), 1), bool)
-
-    def spy(model, pairs, **kwargs):
-        taught.append(pairs)
-        return cached_warmstart(model, pairs, **kwargs)
-
-    monkeypatch.setattr(policy, "sample_and_grade", sample_and_grade)
-    monkeypatch.setattr(policy, "cached_warmstart", spy)
+    graded, taught = _record_warmstart(monkeypatch, lambda rows: np.ones((len(rows), 1), bool))
     tokenizer = build_tokenizer(c)
     build_policy(c, tokenizer, rows, str(tmp_path), make_mesh(1, 1, 1), log=lambda *a: None)
     d = c.data
