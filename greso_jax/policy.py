@@ -51,8 +51,9 @@ def model_config(config) -> ModelConfig:
 def build_policy(config, tokenizer, train_rows, workdir: str, mesh, log=print, report: dict | None = None):
     """The policy a run starts from, placed on `mesh`: model.path's weights, else the preset
     initialised from config.seed and, for arithmetic with train.warmstart_steps, supervised on the
-    solutions of `train_rows` or of train.warmstart_num_problems problems of its own (cached under train.warmstart_cache_dir, "" = workdir/warmstart). With
-    train.warmstart_accuracy_low set, `report` receives warmstart/steps and warmstart/accuracy."""
+    solutions of `train_rows` or of train.warmstart_num_problems problems of its own (cached under
+    train.warmstart_cache_dir, "" = workdir/warmstart). With train.warmstart_accuracy_low set,
+    `report` receives warmstart/steps and warmstart/accuracy."""
     m = config.model
     if m.path:
         return from_pretrained(m.path, dtype=m.dtype, mesh=mesh, param_dtype=m.param_dtype, remat=m.remat)

@@ -9,19 +9,25 @@ from greso_jax.specs import ConfigError
 
 
 def validate_warmstart_fields(train: ml_collections.ConfigDict, data: ml_collections.ConfigDict) -> None:
-    """Raises ConfigError naming the field when the band or a level choice cannot work."""
+    """Raises ConfigError naming the field when the band, a level choice or its own pool cannot work."""
     _validate_warmstart_band(train, data)
     _validate_warmstart_levels(train, data)
-    if train.warmstart_num_problems and (data.source != "arith" or not train.warmstart_steps):
+    _validate_warmstart_pool(train, data)
+
+
+def _validate_warmstart_pool(train: ml_collections.ConfigDict, data: ml_collections.ConfigDict) -> None:
+    """A pool of the warm start's own needs an arithmetic warm start and room in the levels beside RL's pools."""
+    if not train.warmstart_num_problems:
+        return
+    if data.source != "arith" or not train.warmstart_steps:
         raise ConfigError(f"train.warmstart_num_problems: {train.warmstart_num_problems} problems of the warm start's "
                           "own need an arithmetic warm start (data.source 'arith', train.warmstart_steps > 0)")
-    if train.warmstart_num_problems:
-        weights = arith.level_weights(data.arith_level_weights) or dict(arith.DEFAULT_LEVEL_WEIGHTS)
-        room = arith.pool_capacity(weights) - data.arith_num_train - data.arith_num_heldout
-        if train.warmstart_num_problems > room:
-            raise ConfigError(f"train.warmstart_num_problems: {train.warmstart_num_problems} is more than the "
-                              f"{room} problems data.arith_level_weights' levels hold beside the training and "
-                              "held-out pools")
+    weights = arith.level_weights(data.arith_level_weights) or dict(arith.DEFAULT_LEVEL_WEIGHTS)
+    room = arith.pool_capacity(weights) - data.arith_num_train - data.arith_num_heldout
+    if train.warmstart_num_problems > room:
+        raise ConfigError(f"train.warmstart_num_problems: {train.warmstart_num_problems} is more than the "
+                          f"{room} problems data.arith_level_weights' levels hold beside the training and "
+                          "held-out pools")
 
 
 def _validate_warmstart_band(train: ml_collections.ConfigDict, data: ml_collections.ConfigDict) -> None:
