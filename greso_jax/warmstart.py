@@ -79,9 +79,10 @@ def supervised_train(model: Qwen2, ids: np.ndarray, mask: np.ndarray, *, steps: 
                      learning_rate: float, seed: int, stop: Callable[[Qwen2, int], bool] | None = None,
                      row_weights: np.ndarray | None = None) -> list[float]:
     """Teacher-forced cross entropy on the masked tokens with AdamW for at most `steps` steps; updates
-    `model` in place. Batches draw rows uniformly, or with the probabilities `row_weights` [N]. `stop(model, step)` runs after each step (counted from 1) and ends training when
-    it returns True; the schedule always spans `steps`, so stopping at step s leaves the weights a
-    longer run had at s. Returns the loss of every step taken."""
+    `model` in place. Batches draw rows uniformly, or with the probabilities `row_weights` [N].
+    `stop(model, step)` runs after each step (counted from 1) and ends training when it returns
+    True; the schedule always spans `steps`, so stopping at step s leaves the weights a longer run
+    had at s. Returns the loss of every step taken."""
     optimizer = nnx.Optimizer(model, optax.adamw(optax.warmup_cosine_decay_schedule(
         0.0, learning_rate, max(1, steps // 20), max(steps, 2), learning_rate * 0.1), weight_decay=0.01),
         wrt=nnx.Param)

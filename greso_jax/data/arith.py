@@ -71,12 +71,12 @@ def check_level_weights(weights) -> str | None:
     return None
 
 
-def level_weights(weights_by_level) -> dict[int, float] | None:
+def level_weights(weights_by_level) -> dict[int, float]:
     """data.arith_level_weights (one weight per level, in level order; empty: the default mix) as
     {level: weight} for `make_arith_pools`."""
     weights = [float(w) for w in weights_by_level]
     if not weights:
-        return None
+        return dict(DEFAULT_LEVEL_WEIGHTS)
     if len(weights) != len(LEVELS):
         raise ValueError(f"data.arith_level_weights: need {len(LEVELS)} weights (levels 0-{len(LEVELS) - 1}), "
                          f"got {len(weights)}")
