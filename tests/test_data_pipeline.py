@@ -72,10 +72,15 @@ def test_too_long_prompts_are_dropped_and_counted():
     limit = 8
     too_long = sum(len(r.question) > limit for r in ROWS)
     assert 0 < too_long < len(ROWS)
-    stream = pipeline(max_prompt_length=limit)
-    kept = stream.next_prompts(len(ROWS) - too_long)[0]
-    assert all(len(e["prompt_tokens"]) <= limit for e in kept)
-    assert stream.num_dropped_too_long == too_long and stream.epoch == 1
+    shuffled = pipeline(max_prompt_length=limit).next_prompts(len(ROWS) - too_long)[0]
+    assert all(len(e["prompt_tokens"]) <= limit for e in shuffled)
+    assert sorted(ids(shuffled)) == [r.prompt_id for r in ROWS if len(r.question) <= limit]
+    stream = pipeline(max_prompt_length=limit, shuffle=False)  # in id order: drops are read up to the last fit
+    fitting = [r.prompt_id for r in ROWS if len(r.question) <= limit]
+    assert ids(stream.next_prompts(len(fitting))[0]) == fitting
+    assert stream.num_dropped_too_long == sum(len(r.question) > limit for r in ROWS[:fitting[-1] + 1])
+    assert ids(stream.next_prompts(1)[0]) == fitting[:1]
+    assert stream.num_dropped_too_long == too_long + fitting[0] and stream.epoch == 1
     with pytest.raises(ValueError, match="max_prompt_length"):
         pipeline(max_prompt_length=2).next_prompts(1)
 
@@ -92,6 +97,26 @@ def test_keep_filter_skips_before_generation():
     assert KeepAll().should_keep(np.arange(3)).tolist() == [True] * 3
 
 
+class OneInTen:
+    def should_keep(self, prompt_ids, epochs=None):
+        return (prompt_ids * 7 + np.asarray(epochs)) % 10 == 0
+
+
+def test_a_sparse_filter_consumes_the_stream_exactly_up_to_the_nth_kept_prompt():
+    stream = pipeline(keep_filter=OneInTen())
+    pulls = [stream.next_prompts(3) for _ in range(8)]  # about 240 prompts read: six epochs
+    reference = pipeline()  # the unfiltered stream, one prompt at a time
+    for kept, skipped in pulls:
+        met = []
+        while len([i for i, k in met if k]) < 3 and len(met) < 3 + reference.num_prompts:  # or one epoch
+            prompt = reference.next_prompts(1)[0][0]["prompt_id"]
+            epoch = (reference.get_state()["next_index"] - 1) // reference.num_prompts
+            met.append((prompt, bool(OneInTen().should_keep(np.array([prompt]), np.array([epoch]))[0])))
+        assert ids(kept) == [i for i, k in met if k] and skipped.tolist() == [i for i, k in met if not k]
+    assert stream.get_state()["next_index"] == reference.get_state()["next_index"]
+    assert stream.num_skipped == reference.get_state()["next_index"] - sum(len(kept) for kept, _ in pulls)
+
+
 def test_bad_keep_filter_and_bad_state():
     class Wrong:
         def should_keep(self, prompt_ids, epochs=None):
@@ -102,6 +127,8 @@ def test_bad_keep_filter_and_bad_state():
     state = pipeline().get_state()
     with pytest.raises(ValueError, match="seed"):
         pipeline(seed=3).set_state(state)
+    with pytest.raises(ValueError, match="version 1"):
+        pipeline().set_state(dict(state, version=1))
 
 
 def test_shards_split_each_epoch():
@@ -166,11 +193,13 @@ def test_a_filter_that_rejects_a_whole_epoch_returns_short():
     assert kept == [] and len(skipped) >= stream.num_prompts and stream.num_skipped == len(skipped)
 
 
-def _lockstep_hosts(num_hosts, n, keep_filter, pulls):
-    """Runs `num_hosts` sharded pipelines in lockstep threads with a real barrier-based allgather."""
+def _lockstep_hosts(num_hosts, n, keep_filter, pulls, hosts=None):
+    """Runs `num_hosts` sharded pipelines (default: over ROWS) in lockstep threads with a real barrier-based
+    allgather."""
     import threading
 
-    hosts = [pipeline(keep_filter=keep_filter, shard_index=h, shard_count=num_hosts) for h in range(num_hosts)]
+    if hosts is None:
+        hosts = [pipeline(keep_filter=keep_filter, shard_index=h, shard_count=num_hosts) for h in range(num_hosts)]
     barrier, slots, results = threading.Barrier(num_hosts), [None] * num_hosts, [[] for _ in range(num_hosts)]
 
     def run(h):
@@ -202,6 +231,20 @@ def test_sharded_pull_equals_the_single_host_stream(num_hosts):
     results, _ = _lockstep_hosts(num_hosts, 5, EvenIds(), 7)
     for host_result in results:
         assert host_result == expected
+
+
+def test_sharded_pull_counts_drops_once_and_reads_rows_in_any_order():
+    limit = 8
+    rows = ROWS[::-1]  # rows need not be stored in id order
+    single = pipeline(rows=rows, keep_filter=EvenIds(), max_prompt_length=limit)
+    expected = [ids(single.next_prompts(5)[0]) for _ in range(6)]
+    hosts = [pipeline(rows=rows, keep_filter=EvenIds(), max_prompt_length=limit, shard_index=h, shard_count=2)
+             for h in range(2)]
+    results, hosts = _lockstep_hosts(2, 5, EvenIds(), 6, hosts)
+    assert [kept for kept, _ in results[0]] == [kept for kept, _ in results[1]] == expected
+    assert sum(h.num_dropped_too_long for h in hosts) == single.num_dropped_too_long > 0
+    element = single.element(7)
+    assert TOKENIZER.decode(element["prompt_tokens"]) == ROWS[7].question and element["prompt_id"] == 7
 
 
 def test_a_two_host_state_resumes_on_one_host():

@@ -1,6 +1,10 @@
-"""The prompt pipeline: a Grain MapDataset over prompt rows → seeded per-epoch shuffle
-(endless epochs) → per-host shard → tokenise → drop over-long prompts → the selector's
-keep decisions, with an iterator state that round-trips exactly.
+"""The prompt pipeline: prompt rows → seeded per-epoch shuffle (endless epochs) → per-host shard →
+drop over-long prompts → the selector's keep decisions → tokenised elements (a Grain MapDataset,
+read at random for the kept prompts only), with a stream state that round-trips exactly.
+
+The order and the keep decisions are NumPy over prompt ids, ahead of the element path: a
+selector skips most of the stream late in training, and a skip pulled through Grain's
+per-element iterator cost about 60 µs (`experiments/bench/pipeline_skip.py`).
 
 Multi-host: every host builds the same pipeline with its `shard_index` / `shard_count`. All
 hosts share one permutation per epoch (same seed) and host i reads positions
@@ -10,6 +14,7 @@ the hosts read disjoint prompts and together read every prompt once.
 
 from __future__ import annotations
 
+import math
 from typing import Protocol, Sequence, TypedDict
 
 import grain
@@ -18,7 +23,7 @@ import numpy as np
 from greso_jax.data.prompts import TEMPLATES, format_prompt
 from greso_jax.data.rows import PromptRow
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 1: Grain's shuffle order (MapDataset.shuffle), not resumable here
 
 
 class PromptElement(TypedDict):
@@ -33,7 +38,10 @@ class KeepFilter(Protocol):
     """The selection hook: decides, before generation, which prompts are rolled out."""
 
     def should_keep(self, prompt_ids: np.ndarray, epochs: np.ndarray | None = None) -> np.ndarray:
-        """prompt_ids int [N], epochs int [N] (the stream epoch of each occurrence) → keep bool [N]."""
+        """prompt_ids int [N], epochs int [N] (the stream epoch of each occurrence) → keep bool [N].
+
+        Pure within a step, and each occurrence's decision independent of the others asked with it: the
+        pipeline reads ahead and leaves the prompts past the n-th kept one in the stream, unconsumed."""
 
 
 class KeepAll:
@@ -58,29 +66,29 @@ class PromptPipeline:
             raise ValueError(f"data.max_prompt_length: must be >= 1, got {max_prompt_length}")
         if not 0 <= shard_index < shard_count:
             raise ValueError(f"shard_index {shard_index} is outside [0, shard_count={shard_count})")
+        if seed < 0:
+            raise ValueError(f"PromptPipeline: the shuffle seed must be >= 0, got {seed}")
         ids = [row.prompt_id for row in rows]
         if sorted(ids) != list(range(len(rows))):
             raise ValueError("PromptPipeline: prompt ids must be 0 … N-1, each once (selector arrays index by them)")
         self.rows = list(rows)
+        self._id_of_row = np.asarray(ids, dtype=np.int64)  # [N]
+        self._row_of_id = np.argsort(self._id_of_row)  # [N]: the inverse permutation
         self.tokenizer, self.template, self.max_prompt_length = tokenizer, template, max_prompt_length
         self.seed, self.shuffle = seed, shuffle
         self.shard_index, self.shard_count = shard_index, shard_count
         self.keep_filter = keep_filter if keep_filter is not None else KeepAll()
         self.num_dropped_too_long = 0
-        self._row_index: dict[int, int] | None = None
         self.num_skipped = 0
+        self._next_index = 0  # elements of this shard's stream read so far
         # Global stream position consumed so far (all hosts together): what lets a checkpoint of
         # one shard layout resume under another. None once a plain sharded pull made it unknowable.
         self._global_position: int | None = 0
-        dataset = grain.MapDataset.source(self.rows)
-        if shuffle:
-            dataset = dataset.shuffle(seed=seed)
-        dataset = dataset.repeat(None)  # reseeds every epoch: each epoch has its own order
-        if shard_count > 1:
-            dataset = dataset[shard_index::shard_count]
-        self._dataset = dataset.map(self._tokenise)
-        # Sequential reads: tokenising is cheap, and prefetch threads would run ahead of the keep filter.
-        self._iterator = iter(self._dataset.to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)))
+        self._fits = np.zeros(len(self.rows), dtype=np.int8)  # per row: 1 fits, -1 too long, 0 not yet measured
+        self._orders: dict[int, np.ndarray] = {}
+        # Only the prompts the keep filter accepts pass through the element path (random access):
+        # a selector may skip most of the stream, and each skip should cost an array lookup.
+        self._elements = grain.MapDataset.source(self.rows).map(self._tokenise)
 
     @property
     def num_prompts(self) -> int:
@@ -93,35 +101,79 @@ class PromptPipeline:
         taken from the global position when it is known, else from this shard's next position."""
         if self._global_position is not None:
             return self._global_position // len(self.rows)
-        return self._next_position() // len(self.rows)
-
-    def _next_position(self) -> int:
-        """Global stream position of this shard's next element."""
-        return self.shard_index + self._iterator.get_state()["next_index"] * self.shard_count
+        return (self.shard_index + self._next_index * self.shard_count) // len(self.rows)
 
     def element(self, prompt_id: int) -> PromptElement:
         """The tokenised element of one prompt, outside the stream (its position and filter untouched)."""
-        if self._row_index is None:
-            self._row_index = {row.prompt_id: i for i, row in enumerate(self.rows)}
-        return self._tokenise(self.rows[self._row_index[int(prompt_id)]])
+        return self._elements[int(self._row_of_id[int(prompt_id)])]
 
     def _tokenise(self, row: PromptRow) -> PromptElement:
         tokens = self.tokenizer.encode(format_prompt(row, self.template, self.tokenizer))
         return PromptElement(prompt_id=row.prompt_id, prompt_tokens=np.asarray(tokens, dtype=np.int32),
                              ground_truth=row.ground_truth, data_source=row.data_source, difficulty=row.difficulty)
 
-    def _next_fitting(self) -> tuple[PromptElement, int]:
-        """The next element no longer than max_prompt_length (longer ones are counted, dropped), with
-        the stream epoch it belongs to."""
+    def _order(self, epoch: int) -> np.ndarray:
+        """Row indices in epoch `epoch`'s order, int64 [N]: one NumPy permutation per (seed, epoch)."""
+        if not self.shuffle:
+            return np.arange(len(self.rows))
+        if epoch not in self._orders:
+            if len(self._orders) >= 2:  # a read spans at most two epochs
+                self._orders.pop(min(self._orders))
+            self._orders[epoch] = np.random.default_rng([self.seed, epoch]).permutation(len(self.rows))
+        return self._orders[epoch]
+
+    def _rows_at(self, local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """This shard's stream indices int64 [K] → (row indices [K], global stream positions [K])."""
+        positions = self.shard_index + local * self.shard_count
+        epochs = positions // len(self.rows)
+        rows = np.empty_like(positions)
+        for epoch in np.unique(epochs):
+            at = epochs == epoch
+            rows[at] = self._order(int(epoch))[positions[at] % len(self.rows)]
+        return rows, positions
+
+    def _fitting(self, rows: np.ndarray) -> np.ndarray:
+        """Whether each row's prompt fits max_prompt_length, bool [K] (each prompt tokenised once, then memoised)."""
+        for row in np.unique(rows[self._fits[rows] == 0]):
+            length = len(self.tokenizer.encode(format_prompt(self.rows[row], self.template, self.tokenizer)))
+            self._fits[row] = 1 if length <= self.max_prompt_length else -1
+        return self._fits[rows] > 0
+
+    def _peek_fitting(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """This shard's next `n` prompts that fit max_prompt_length, read without consuming them
+        → (row indices, global stream positions, this shard's stream indices), each int64 [n]."""
         per_shard = -(-len(self.rows) // self.shard_count)
-        for _ in range(per_shard + 1):
-            epoch = self._next_position() // len(self.rows)
-            element = next(self._iterator)
-            if len(element["prompt_tokens"]) <= self.max_prompt_length:
-                return element, epoch
-            self.num_dropped_too_long += 1
-        raise ValueError(f"data.max_prompt_length: a whole epoch of prompts is longer than {self.max_prompt_length} "
-                         "tokens")
+        rows_seen, positions_seen, local_seen = [], [], []
+        found, next_local = 0, self._next_index
+        unfit_run = 0  # elements read since the last one that fit
+        while found < n:
+            local = next_local + np.arange(max(n - found, 32))
+            rows, positions = self._rows_at(local)
+            fit_at = np.flatnonzero(self._fitting(rows))[:n - found]
+            read = int(fit_at[-1]) + 1 if len(fit_at) == n - found else len(rows)
+            unfit_run = read - 1 - int(fit_at[-1]) if len(fit_at) else unfit_run + read
+            if unfit_run > per_shard:
+                raise ValueError(f"data.max_prompt_length: a whole epoch of prompts is longer than "
+                                 f"{self.max_prompt_length} tokens")
+            rows_seen.append(rows[fit_at])
+            positions_seen.append(positions[fit_at])
+            local_seen.append(local[fit_at])
+            found, next_local = found + len(fit_at), next_local + read
+        return np.concatenate(rows_seen), np.concatenate(positions_seen), np.concatenate(local_seen)
+
+    def _consume(self, num_fitting: int, through_local: int) -> None:
+        """Advances this shard's stream past index `through_local`, of which `num_fitting` elements fit (the
+        rest are counted as dropped)."""
+        self.num_dropped_too_long += through_local + 1 - self._next_index - num_fitting
+        self._next_index = through_local + 1
+
+    def _keep(self, prompt_ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """The keep filter's decisions for prompts at global stream positions, checked: bool [K]."""
+        keep = np.asarray(self.keep_filter.should_keep(prompt_ids, positions // len(self.rows)))
+        if keep.shape != prompt_ids.shape or keep.dtype != np.bool_:
+            raise ValueError(f"keep_filter.should_keep: expected bool [{len(prompt_ids)}], got {keep.dtype} "
+                             f"{keep.shape}")
+        return keep
 
     def next_prompts(self, n: int) -> tuple[list[PromptElement], np.ndarray]:
         """Pulls prompts until `n` are kept, or until one whole epoch of this shard was pulled
@@ -130,49 +182,53 @@ class PromptPipeline:
         elements, the prompt ids the keep filter skipped, int64 [num_skipped])."""
         if n < 0:
             raise ValueError(f"next_prompts: n must be >= 0, got {n}")
-        kept: list[PromptElement] = []
-        skipped: list[int] = []
+        kept_rows: list[np.ndarray] = []
+        skipped: list[np.ndarray] = [np.zeros(0, np.int64)]
         max_pulls = n + -(-len(self.rows) // self.shard_count)
-        pulled = 0
-        while len(kept) < n and pulled < max_pulls:
-            candidates, epochs = zip(*[self._next_fitting() for _ in range(n - len(kept))])
-            pulled += len(candidates)
-            ids = np.array([c["prompt_id"] for c in candidates], dtype=np.int64)
-            keep = np.asarray(self.keep_filter.should_keep(ids, np.array(epochs, dtype=np.int64)))
-            if keep.shape != ids.shape or keep.dtype != np.bool_:
-                raise ValueError(f"keep_filter.should_keep: expected bool [{len(ids)}], got {keep.dtype} {keep.shape}")
-            kept += [c for c, k in zip(candidates, keep) if k]
-            skipped += ids[~keep].tolist()
-        self.num_skipped += len(skipped)
-        self._global_position = self._iterator.get_state()["next_index"] if self.shard_count == 1 else None
-        return kept, np.array(skipped, dtype=np.int64)
+        num_kept = pulled = 0
+        while num_kept < n and pulled < max_pulls:
+            # Read ahead by the keep rate so far: keep decisions do not depend on the batch they are asked
+            # in, and a selector that skips most prompts would otherwise cost one call per few kept.
+            keep_rate = (num_kept + 1) / (pulled + 1)
+            rows, positions, local = self._peek_fitting(min(max_pulls - pulled, math.ceil((n - num_kept) / keep_rate)))
+            ids = self._id_of_row[rows]
+            keep = self._keep(ids, positions)
+            used = len(rows)
+            if np.count_nonzero(keep) >= n - num_kept:  # leave the read-ahead past the n-th kept in the stream
+                used = int(np.flatnonzero(keep)[n - num_kept - 1]) + 1
+            self._consume(used, int(local[used - 1]))
+            pulled += used
+            kept_rows.append(rows[:used][keep[:used]])
+            skipped.append(ids[:used][~keep[:used]])
+            num_kept += int(np.count_nonzero(keep[:used]))
+        skipped_ids = np.concatenate(skipped)
+        self.num_skipped += len(skipped_ids)
+        self._global_position = self._next_index if self.shard_count == 1 else None
+        return [self._elements[int(row)] for part in kept_rows for row in part], skipped_ids
 
     def next_prompts_across_hosts(self, n: int, allgather) -> tuple[list[PromptElement], np.ndarray]:
         """Multi-host `next_prompts`: every host calls it in lockstep with the same `n`; each reads
         only its own shard, and together they return, on every host, exactly the prompts (and
         skips) a single-host pipeline would: the first `n` kept prompts of the global stream.
         `allgather(x [c]) -> [P, c]` stacks every host's equally shaped array."""
-        kept: list[tuple[int, int]] = []  # (global position, prompt id), in global order
+        kept: list[int] = []  # prompt ids, in global order
         skipped: list[int] = []
-        start = self._iterator.get_state()["next_index"]
+        start = self._next_index
+        read_positions, read_fits = [np.zeros(0, np.int64)], [np.zeros(0, bool)]
         read = 0  # elements this host has read past `start`
         last_position = -1
         max_pulls = n + len(self.rows)
         while len(kept) < n and read * self.shard_count < max_pulls:
-            chunk = -(-(n - len(kept)) // self.shard_count)
-            positions = np.full(chunk, -1, np.int64)
-            ids = np.full(chunk, -1, np.int64)
-            for j in range(chunk):
-                element = next(self._iterator)
-                positions[j] = self.shard_index + (start + read) * self.shard_count
-                read += 1
-                if len(element["prompt_tokens"]) <= self.max_prompt_length:
-                    ids[j] = element["prompt_id"]
-                else:
-                    self.num_dropped_too_long += 1
+            keep_rate = (len(kept) + 1) / (len(kept) + len(skipped) + 1)  # read ahead as next_prompts does
+            chunk = -(-math.ceil((n - len(kept)) / keep_rate) // self.shard_count)
+            rows, positions = self._rows_at(start + read + np.arange(chunk))
+            read += chunk
+            fits = self._fitting(rows)
+            read_positions.append(positions)
+            read_fits.append(fits)
+            ids = np.where(fits, self._id_of_row[rows], -1)
             keep = np.zeros(chunk, bool)
-            fitting = ids >= 0
-            keep[fitting] = np.asarray(self.keep_filter.should_keep(ids[fitting], positions[fitting] // len(self.rows)))
+            keep[fits] = self._keep(ids[fits], positions[fits])
             table = np.stack([positions, ids, keep.astype(np.int64)], axis=-1)
             every = np.asarray(allgather(table)).reshape(-1, 3)
             for position, prompt_id, keep_it in every[np.argsort(every[:, 0], kind="stable")]:
@@ -181,22 +237,19 @@ class PromptPipeline:
                 last_position = int(position)
                 if prompt_id < 0:
                     continue
-                if keep_it:
-                    kept.append((last_position, int(prompt_id)))
-                else:
-                    skipped.append(int(prompt_id))
-        # Rewind what this host read beyond the last consumed global position.
-        consumed = sum(1 for k in range(read) if self.shard_index + (start + k) * self.shard_count <= last_position)
-        self._iterator.set_state({"next_index": start + consumed})
+                (kept if keep_it else skipped).append(int(prompt_id))
+        # Rewind what this host read beyond the last consumed global position; count drops only up to there.
+        consumed = np.concatenate(read_positions) <= last_position
+        self._next_index = start + int(np.count_nonzero(consumed))
+        self.num_dropped_too_long += int(np.count_nonzero(consumed & ~np.concatenate(read_fits)))
         if self._global_position is not None and last_position >= 0:
             self._global_position = last_position + 1
         self.num_skipped += len(skipped)
-        elements = [self._tokenise(self.rows[prompt_id]) for _, prompt_id in kept]
-        return elements, np.array(skipped, dtype=np.int64)
+        return [self.element(prompt_id) for prompt_id in kept], np.array(skipped, dtype=np.int64)
 
     def get_state(self) -> dict:
         """JSON-serialisable position of the stream (restore with `set_state`)."""
-        return {"version": STATE_VERSION, "iterator": dict(self._iterator.get_state()), "seed": self.seed,
+        return {"version": STATE_VERSION, "next_index": self._next_index, "seed": self.seed,
                 "num_prompts": len(self.rows), "shard": [self.shard_index, self.shard_count],
                 "shuffle": self.shuffle, "num_dropped_too_long": self.num_dropped_too_long,
                 "num_skipped": self.num_skipped, "global_position": self._global_position}
@@ -205,8 +258,11 @@ class PromptPipeline:
         """Resumes from `get_state()` output of a pipeline over the same rows and settings. A
         state saved under another shard layout (another number of hosts) resumes from its global
         position, when it has one."""
-        expected = {"version": STATE_VERSION, "seed": self.seed, "num_prompts": len(self.rows),
-                    "shuffle": self.shuffle}
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"pipeline state: version {state.get('version')!r}, this pipeline reads version "
+                             f"{STATE_VERSION}; version 1 streamed Grain's shuffle order, so a run saved under it "
+                             "cannot resume its prompt order here")
+        expected = {"seed": self.seed, "num_prompts": len(self.rows), "shuffle": self.shuffle}
         for key, value in expected.items():
             if key not in state:
                 raise ValueError(f"pipeline state: missing {key!r}")
@@ -214,13 +270,12 @@ class PromptPipeline:
                 raise ValueError(f"pipeline state: {key} is {state[key]!r}, this pipeline has {value!r}")
         global_position = state.get("global_position")
         if list(state["shard"]) == [self.shard_index, self.shard_count]:
-            self._iterator.set_state(dict(state["iterator"]))
+            self._next_index = int(state["next_index"])
         elif global_position is None:
             raise ValueError(f"pipeline state: saved by shard {state['shard']} without a global position; "
                              f"it cannot resume as shard {[self.shard_index, self.shard_count]}")
         else:  # this host's positions i, i+k, ... below the global position were consumed
-            consumed = max(0, -(-(int(global_position) - self.shard_index) // self.shard_count))
-            self._iterator.set_state({"next_index": consumed})
+            self._next_index = max(0, -(-(int(global_position) - self.shard_index) // self.shard_count))
         self._global_position = None if global_position is None else int(global_position)
         self.num_dropped_too_long = int(state["num_dropped_too_long"])
         self.num_skipped = int(state["num_skipped"])
