@@ -54,6 +54,12 @@ def test_costs_to_the_target_and_speedups():
     assert table["dynamic_sampling"]["reached_per_seed"] == "2/2"
     assert table["dynamic_sampling"]["to_seed_target_responses"] == 400  # both reach their target at step 2
     assert table["dynamic_sampling"]["speedup_responses_vs_ds_fixed_per_seed"] == pytest.approx(3.0)
+    # At equal budgets: GRESO's runs end at 400 responses and 4 s, where ds_fixed (600 responses and 6 s at its
+    # step-2 evaluation of 0.3, from 0.2) stood at 0.2 + 0.1 x 2/3 on both seeds; GRESO ended at 0.4 and 0.3.
+    assert table["greso"]["baseline_at_equal_responses"] == pytest.approx(0.2 + 0.1 * 2 / 3)
+    assert table["greso"]["baseline_at_equal_time"] == pytest.approx(0.2 + 0.1 * 2 / 3)
+    assert table["greso"]["gain_at_equal_responses"] == pytest.approx(0.35 - (0.2 + 0.1 * 2 / 3))
+    assert table["ds_fixed"]["gain_at_equal_time"] == pytest.approx(0.0)  # its own curve at its own end
 
 
 def test_compilation_is_taken_out_of_the_times_and_reported_apart():
@@ -97,6 +103,7 @@ def test_report_has_the_tables_plots_and_json(tmp_path):
     path = compare_strategies.write_report(result, runs, str(tmp_path), "python compare", notes="reduced steps")
     text = open(path).read()
     assert "| greso | 1/1 |" in text and "reduced steps" in text and "`python compare`" in text
+    assert "**At equal budgets**" in text and "| greso | 0.45 | 200 | 0.267 | 0.183 |" in text
     for image in ("accuracy_vs_responses.png", "accuracy_vs_time.png", "zero_variance.png", "greso_p.png"):
         assert os.path.getsize(tmp_path / image) > 1000 and f"]({image})" in text
     assert json.load(open(tmp_path / "strategies.json"))["strategies"]["greso"]["to_target_responses"] == 200

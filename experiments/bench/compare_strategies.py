@@ -12,7 +12,8 @@ rollout (GRESO, posterior, MoPPS) also roll out a random 10% of the prompts they
 runs of one seed share the seed's supervised warm start (train.warmstart_cache_dir = ROOT/warmstart). `--collect_only` reads finished runs.
 
 The target accuracy is DS-fixed's (the papers' baseline) final mean held-out accuracy minus one
-point. Rollout, update and total times exclude compilation (reported apart, as are evaluation
+point; beside the costs to reach it, each strategy's final accuracy is set against DS-fixed's at the
+same responses and at the same training time (the report's "at equal budgets" table). Rollout, update and total times exclude compilation (reported apart, as are evaluation
 and the skip audit). Written to --report_dir (default ROOT): strategies.json, strategies.md (the tables and the
 plots, the command, the machine, the date) and the plots.
 """
@@ -21,11 +22,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import json
 import math
 import os
-import platform
 import shlex
 import sys
 from typing import Sequence
@@ -37,11 +36,13 @@ if REPO_ROOT not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, REPO_ROOT)
 
 from experiments.bench import selection_sim  # noqa: E402
+from experiments.bench.strategy_report import markdown_tables, simulator_table, write_report  # noqa: E402
+from experiments.bench.strategy_runs import (ADAPTIVE_DS, BASELINE, _number, accuracy_within,  # noqa: E402
+                                             cost_to_target, run_stats, strategy_of)
 from experiments.sweep import absolute_config, is_finished, run_logged, shared_warmstart, train_command  # noqa: E402
 from greso_jax.metrics import read_lines  # noqa: E402
-from greso_jax.selection import resolve_strategy, training_strategies  # noqa: E402
+from greso_jax.selection import training_strategies  # noqa: E402
 
-BASELINE, ADAPTIVE_DS = "ds_fixed", "dynamic_sampling"
 AUDIT_FRACTION = 0.1
 TARGET_MARGIN = 0.01  # the target is the baseline's final accuracy minus one point
 
@@ -64,10 +65,6 @@ def parse_list(text: str, what: str) -> list[str]:
 
 def run_dir(root: str, variant: str, seed: int) -> str:
     return os.path.join(root, variant, f"seed{seed}")
-
-
-def strategy_of(variant: str) -> str:
-    return ADAPTIVE_DS if variant == BASELINE else resolve_strategy(variant)
 
 
 def run_arguments(config_file: str, variant: str, seed: int, overrides: Sequence[str]) -> tuple[str, list[str]]:
@@ -99,98 +96,6 @@ def run_all(config_file: str, variants: Sequence[str], seeds: Sequence[int], roo
             if not run_logged(command, workdir, name, log=log):
                 failed.append(name)
     return failed
-
-
-# -- one run's numbers -------------------------------------------------------------------------
-
-
-def _number(record: dict, key: str) -> float | None:
-    value = record.get(key)
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
-
-
-def run_curves(records: Sequence[dict]) -> dict[str, list[float]]:
-    """Per-step cumulative curves of one run (index 0 = before training), and its evaluations."""
-    steps = sorted((r for r in records if r.get("step", 0) > 0), key=lambda r: r["step"])
-    cumulative = {"responses": [0.0], "tokens": [0.0], "rollout_s": [0.0], "update_s": [0.0], "step_s": [0.0],
-                  "audit_responses": [0.0], "audit_s": [0.0]}
-    cumulative["compile_s"] = [0.0]
-    keys = {"rollout_s": ("time/rollout",), "update_s": ("time/update",), "step_s": ("time/step",),
-            "audit_responses": ("audit/responses",), "audit_s": ("time/audit",),
-            "compile_s": ("time/rollout_compile", "time/reward_compile", "time/update_compile")}
-    # Times exclude compilation (a fixed cost per program shape, reported apart as compile_s).
-    compile_part = {"rollout_s": ("time/rollout_compile",), "update_s": ("time/update_compile",),
-                    "step_s": keys["compile_s"]}
-    for record in steps:
-        cumulative["responses"].append(_number(record, "rollout/num_responses") or cumulative["responses"][-1])
-        cumulative["tokens"].append(_number(record, "rollout/num_tokens") or cumulative["tokens"][-1])
-        for name, metric_keys in keys.items():
-            spent = sum(_number(record, k) or 0.0 for k in metric_keys)
-            spent -= sum(_number(record, k) or 0.0 for k in compile_part.get(name, ()))
-            cumulative[name].append(cumulative[name][-1] + spent)
-    evals = [(int(r["step"]), _number(r, "eval/accuracy")) for r in records if _number(r, "eval/accuracy") is not None]
-    eval_time = sum(_number(r, "time/eval") or 0.0 for r in records)
-    return {**cumulative, "eval_steps": [s for s, _ in evals], "eval_accuracy": [a for _, a in evals],
-            "eval_s": eval_time, "steps": [0] + [int(r["step"]) for r in steps]}
-
-
-def _sum(records, key) -> float:
-    return float(sum(_number(r, key) or 0.0 for r in records if r.get("step", 0) > 0))
-
-
-def _mean(records, key) -> float:
-    values = [v for r in records if r.get("step", 0) > 0 and (v := _number(r, key)) is not None]
-    return float(np.mean(values)) if values else float("nan")
-
-
-def run_stats(records: Sequence[dict]) -> dict[str, float]:
-    """Whole-run numbers of one run."""
-    curves = run_curves(records)
-
-    def ratio(a, b):
-        return a / b if b else float("nan")
-
-    stats = {
-        "accuracy_start": curves["eval_accuracy"][0] if curves["eval_accuracy"] else float("nan"),
-        "accuracy_final": curves["eval_accuracy"][-1] if curves["eval_accuracy"] else float("nan"),
-        "responses": curves["responses"][-1], "tokens": curves["tokens"][-1],
-        "rollout_s": curves["rollout_s"][-1], "update_s": curves["update_s"][-1], "total_s": curves["step_s"][-1],
-        "eval_s": curves["eval_s"], "audit_s": curves["audit_s"][-1], "audit_responses": curves["audit_responses"][-1],
-        "compile_s": curves["compile_s"][-1],
-        "effective_prompts": _mean(records, "selection/effective_prompts"),
-        "surplus_groups": _sum(records, "selection/surplus_groups"),
-        "update_tokens": _sum(records, "actor/update_tokens"),
-        "zero_variance_ratio": _mean(records, "selection/zero_variance_ratio"),
-        "consistency_easy": ratio(_sum(records, "zero_variance/repeated_easy"),
-                                  _sum(records, "zero_variance/revisited_easy")),
-        "consistency_hard": ratio(_sum(records, "zero_variance/repeated_hard"),
-                                  _sum(records, "zero_variance/revisited_hard")),
-        "skips_easy": _sum(records, "selection/skipped_easy"), "skips_hard": _sum(records, "selection/skipped_hard"),
-    }
-    first = next((r for r in records if r.get("step") == 0), {})
-    stats["warmstart_steps"] = _number(first, "warmstart/steps") or float("nan")
-    stats["warmstart_accuracy"] = _number(first, "warmstart/accuracy") or float("nan")
-    stats["rollout_share"] = ratio(stats["rollout_s"], stats["total_s"])
-    for kind in ("easy", "hard"):
-        audited = _sum(records, f"audit/{kind}_skips")
-        stats[f"audited_{kind}"] = audited
-        stats[f"skip_precision_{kind}"] = ratio(_sum(records, f"audit/{kind}_zero_variance"), audited)
-    audited = stats["audited_easy"] + stats["audited_hard"]
-    stats["skip_precision"] = ratio(_sum(records, "audit/easy_zero_variance") + _sum(records, "audit/hard_zero_variance"),
-                                    audited)
-    return stats
-
-
-def cost_to_target(records: Sequence[dict], target: float) -> dict[str, float] | None:
-    """Responses, tokens and times spent until the first evaluation at or above `target` (None: never)."""
-    curves = run_curves(records)
-    for step, accuracy in zip(curves["eval_steps"], curves["eval_accuracy"]):
-        if accuracy >= target:
-            i = curves["steps"].index(step) if step in curves["steps"] else 0
-            return {"step": step, "responses": curves["responses"][i], "tokens": curves["tokens"][i],
-                    "rollout_s": curves["rollout_s"][i], "update_s": curves["update_s"][i],
-                    "total_s": curves["step_s"][i]}
-    return None
 
 
 # -- the comparison ----------------------------------------------------------------------------
@@ -243,6 +148,14 @@ def compare(runs: dict[str, dict[int, list[dict]]]) -> dict:
         for key in ("step", "responses", "tokens", "rollout_s", "update_s", "total_s"):
             row[f"to_seed_target_{key}"] = (float(np.mean([c[key] for c in seed_hits]))
                                             if per_seed and len(seed_hits) == len(per_seed) else None)
+        # At equal budgets: ds_fixed's accuracy, on the same seed, once it had spent what this run spent.
+        for budget, key in (("responses", "responses"), ("time", "step_s")):
+            at = [accuracy_within(runs[BASELINE][s], per_run[variant][s]["total_s" if key == "step_s" else key], key)
+                  for s in seeds if s in runs[BASELINE]]
+            gains = [per_run[variant][s]["accuracy_final"] - a for s, a in zip(
+                [s for s in seeds if s in runs[BASELINE]], at)]
+            row[f"baseline_at_equal_{budget}"], _ = _mean_std(at)
+            row[f"gain_at_equal_{budget}"], _ = _mean_std(gains)
         table[variant] = row
     for variant, row in table.items():
         for base in (BASELINE, ADAPTIVE_DS):
@@ -297,162 +210,6 @@ def simulate(runs: dict[str, dict[int, list[dict]]], config: dict) -> dict:
                          else float("nan")}
     return {"fractions": fractions, "settings": dataclasses.asdict(settings), "oracle_responses": oracle,
             "oracle_vs_ds_fixed": base_sim / oracle, "strategies": rows}
-
-
-def simulator_table(sim: dict) -> str:
-    f = sim["fractions"]
-    lines = [f"**The simulator beside the trainer** (population calibrated to vanilla's late all-correct "
-             f"{f['solved']:.2f} / all-incorrect {f['never']:.2f} shares; whole runs; the oracle would need "
-             f"{sim['oracle_vs_ds_fixed']:.2f}x fewer responses than ds_fixed)", "",
-             "| strategy | simulated responses | simulated ds_fixed / this | trainer responses | "
-             "trainer ds_fixed / this | simulated efficiency vs oracle |", "|" + "---|" * 6]
-    for name, r in sim["strategies"].items():
-        lines.append("| " + " | ".join([name] + [_cell(r[k]) for k in (
-            "sim_responses", "sim_vs_ds_fixed", "trainer_responses", "trainer_vs_ds_fixed",
-            "sim_efficiency_vs_oracle")]) + " |")
-    return "\n".join(lines)
-
-
-def _cell(value, digits=3) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "—"
-    if isinstance(value, str):
-        return value
-    if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return f"{value:.{digits}g}" if abs(value) < 1 else f"{value:,.{digits - 1}f}".rstrip("0").rstrip(".")
-
-
-_SPEEDUPS = (("responses", BASELINE), ("responses", ADAPTIVE_DS), ("rollout_s", BASELINE), ("total_s", BASELINE),
-             ("total_s", ADAPTIVE_DS))
-
-
-def _target_table(rows: dict, title: str, reached: str, costs: str, speedups: str) -> list[str]:
-    """One to-target table: `reached` / `costs`+key / speedup_<key>_vs_<base>`speedups` columns of each row."""
-    lines = [title, "", "| strategy | reached | step | responses | tokens | rollout s | update s | total s | "
-             "responses vs ds_fixed | responses vs ds_adaptive | rollout s vs ds_fixed | total s vs ds_fixed | "
-             "total s vs ds_adaptive |", "|" + "---|" * 13]
-    for name, r in rows.items():
-        ratios = [r[f"speedup_{k}_vs_{b}{speedups}"] for k, b in _SPEEDUPS]
-        lines.append("| " + " | ".join([name, r[reached]] + [_cell(r[f"{costs}{k}"]) for k in (
-            "step", "responses", "tokens", "rollout_s", "update_s", "total_s")] + [
-            _cell(x) + ("x" if x else "") for x in ratios]) + " |")
-    return lines
-
-
-def markdown_tables(result: dict) -> str:
-    rows = result["strategies"]
-    lines = [f"Target accuracy: {result['target_accuracy']:.3f} (ds_fixed's final mean "
-             f"{result['baseline_final_accuracy']:.3f} minus one point).", ""]
-    lines += _target_table(rows, "**To the target** (means over seeds; — where not every seed reached it)",
-                           "reached", "to_target_", "")
-    lines += [""] + _target_table(rows, "**To each seed's own target** (that seed's ds_fixed final accuracy minus "
-                                  "one point; means over seeds, — where not every seed reached it)",
-                                  "reached_per_seed", "to_seed_target_", "_per_seed")
-    lines += ["", "**Whole run** (mean ± std over seeds)", "",
-              "| strategy | accuracy start | accuracy final | responses | tokens | rollout s | update s | total s | "
-              "rollout share | eval s (apart) | compile s (apart) | effective prompts/step | surplus groups | "
-              "update tokens | zero-variance ratio |", "|" + "---|" * 15]
-    for name, r in rows.items():
-        pm = lambda k: f"{_cell(r[k])} ± {_cell(r[k + '_std'])}"  # noqa: E731
-        lines.append("| " + " | ".join([name, pm("accuracy_start"), pm("accuracy_final"), pm("responses"),
-                                        _cell(r["tokens"]), _cell(r["rollout_s"]), _cell(r["update_s"]),
-                                        pm("total_s"), _cell(r["rollout_share"]), _cell(r["eval_s"]),
-                                        _cell(r["compile_s"]),
-                                        _cell(r["effective_prompts"]), _cell(r["surplus_groups"]),
-                                        _cell(r["update_tokens"]), _cell(r["zero_variance_ratio"])]) + " |")
-    lines += ["", "**Zero variance from one rollout of a prompt to its next** (P(again | now), pooled per run, "
-              "mean over seeds), and skip precision (the audited share of skips that were again zero-variance)", "",
-              "| strategy | consistency easy | consistency hard | skips easy | skips hard | audited easy | audited hard "
-              "| precision easy | precision hard | precision | audit responses (apart) | audit s (apart) |",
-              "|" + "---|" * 12]
-    for name, r in rows.items():
-        lines.append("| " + " | ".join([name] + [_cell(r[k]) for k in (
-            "consistency_easy", "consistency_hard", "skips_easy", "skips_hard", "audited_easy", "audited_hard",
-            "skip_precision_easy", "skip_precision_hard", "skip_precision", "audit_responses", "audit_s")]) + " |")
-    per_run = result["per_run"]
-    seeds = sorted({int(seed) for runs in per_run.values() for seed in runs})
-    lines += ["", "**Where each seed starts RL** (the warm start stops on its validation accuracy band)", "",
-              "| seed | warm-start steps | validation accuracy at stop | held-out accuracy at step 0 |", "|---|---|---|---|"]
-    for seed in seeds:
-        stats = next(runs[str(seed)] for runs in per_run.values() if str(seed) in runs)
-        lines.append(f"| {seed} | {_cell(stats['warmstart_steps'])} | {_cell(stats['warmstart_accuracy'])} | "
-                     f"{_cell(stats['accuracy_start'])} |")
-    return "\n".join(lines)
-
-
-def plot(runs: dict[str, dict[int, list[dict]]], directory: str) -> list[str]:
-    """accuracy vs responses and vs time, zero-variance ratio over steps, GRESO's p; returns the file names."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    def band(ax, xs_by_seed, ys_by_seed, label):
-        grid = np.linspace(0, min(x[-1] for x in xs_by_seed), 50)
-        ys = np.array([np.interp(grid, x, y) for x, y in zip(xs_by_seed, ys_by_seed)])
-        line, = ax.plot(grid, ys.mean(0), label=label)
-        ax.fill_between(grid, ys.min(0), ys.max(0), alpha=0.2, color=line.get_color())
-
-    files = []
-    for x_key, x_label, name in (("responses", "responses generated", "accuracy_vs_responses.png"),
-                                 ("step_s", "training time (s, evaluation excluded)", "accuracy_vs_time.png")):
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for variant, seeds in runs.items():
-            xs, ys = [], []
-            for records in seeds.values():
-                c = run_curves(records)
-                xs.append([c[x_key][c["steps"].index(s)] for s in c["eval_steps"]])
-                ys.append(c["eval_accuracy"])
-            band(ax, xs, ys, variant)
-        ax.set_xlabel(x_label)
-        ax.set_ylabel("held-out accuracy")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(os.path.join(directory, name), dpi=120)
-        plt.close(fig)
-        files.append(name)
-    for keys, y_label, name, only in ((("selection/zero_variance_ratio",), "zero-variance share of rolled-out groups",
-                                       "zero_variance.png", None),
-                                      (("selection/p_easy", "selection/p_hard"), "GRESO keep probability base p",
-                                       "greso_p.png", "greso")):
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for variant, seeds in runs.items():
-            if only and strategy_of(variant) != only:
-                continue
-            for key in keys:
-                series = [[_number(r, key) or 0.0 for r in sorted(recs, key=lambda r: r["step"]) if r["step"] > 0]
-                          for recs in seeds.values()]
-                length = min(len(s) for s in series)
-                ax.plot(range(1, length + 1), np.mean([s[:length] for s in series], 0),
-                        label=f"{variant} {key.split('/')[-1]}" if len(keys) > 1 else variant)
-        ax.set_xlabel("step")
-        ax.set_ylabel(y_label)
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(os.path.join(directory, name), dpi=120)
-        plt.close(fig)
-        files.append(name)
-    return files
-
-
-def write_report(result: dict, runs, directory: str, command: str, notes: str = "") -> str:
-    """strategies.json, the plots and strategies.md in `directory`; returns the markdown's path."""
-    os.makedirs(directory, exist_ok=True)
-    with open(os.path.join(directory, "strategies.json"), "w") as f:
-        json.dump(result, f, indent=1, default=float)
-    images = plot(runs, directory)
-    seeds = sorted({s for v in runs.values() for s in v})
-    text = "\n".join([
-        f"# Strategies compared at equal accuracy ({datetime.date.today().isoformat()})", "",
-        f"Command: `{command}`", "",
-        f"Machine: {platform.platform()}, {os.cpu_count()} CPU cores, Python {platform.python_version()}; "
-        f"seeds {seeds}.", "", notes, "", markdown_tables(result), "",
-        *([simulator_table(result["simulator"]), ""] if "simulator" in result else []),
-        *[f"![{name}]({name})" for name in images], ""])
-    path = os.path.join(directory, "strategies.md")
-    with open(path, "w") as f:
-        f.write(text)
-    return path
 
 
 def main(argv=None) -> int:

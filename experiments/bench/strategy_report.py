@@ -1,0 +1,185 @@
+"""The strategy comparison's report: its markdown tables (to the target, at equal budgets, whole runs,
+consistency and skip precision, starting points), the simulator beside the trainer, and the plots."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import platform
+
+import numpy as np
+
+from experiments.bench.strategy_runs import ADAPTIVE_DS, BASELINE, _number, run_curves, strategy_of
+
+
+def _cell(value, digits=3) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "—"
+    if isinstance(value, str):
+        return value
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}g}" if abs(value) < 1 else f"{value:,.{digits - 1}f}".rstrip("0").rstrip(".")
+
+
+_SPEEDUPS = (("responses", BASELINE), ("responses", ADAPTIVE_DS), ("rollout_s", BASELINE), ("total_s", BASELINE),
+             ("total_s", ADAPTIVE_DS))
+
+
+def _target_table(rows: dict, title: str, reached: str, costs: str, speedups: str) -> list[str]:
+    """One to-target table: `reached` / `costs`+key / speedup_<key>_vs_<base>`speedups` columns of each row."""
+    lines = [title, "", "| strategy | reached | step | responses | tokens | rollout s | update s | total s | "
+             "responses vs ds_fixed | responses vs ds_adaptive | rollout s vs ds_fixed | total s vs ds_fixed | "
+             "total s vs ds_adaptive |", "|" + "---|" * 13]
+    for name, r in rows.items():
+        ratios = [r[f"speedup_{k}_vs_{b}{speedups}"] for k, b in _SPEEDUPS]
+        lines.append("| " + " | ".join([name, r[reached]] + [_cell(r[f"{costs}{k}"]) for k in (
+            "step", "responses", "tokens", "rollout_s", "update_s", "total_s")] + [
+            _cell(x) + ("x" if x else "") for x in ratios]) + " |")
+    return lines
+
+
+def equal_budget_table(rows: dict) -> list[str]:
+    """Each strategy's final accuracy beside ds_fixed's at the same responses and at the same training time."""
+    lines = [f"**At equal budgets** (means over seeds: {BASELINE}'s held-out accuracy, linear between its evaluations, "
+             "when it had spent what this strategy spent over its whole run; at most its own final accuracy)", "",
+             f"| strategy | accuracy final | responses | {BASELINE} at these responses | difference | total s | "
+             f"{BASELINE} at this time | difference |", "|" + "---|" * 8]
+    for name, r in rows.items():
+        lines.append("| " + " | ".join([name] + [_cell(r[k]) for k in (
+            "accuracy_final", "responses", "baseline_at_equal_responses", "gain_at_equal_responses", "total_s",
+            "baseline_at_equal_time", "gain_at_equal_time")]) + " |")
+    return lines
+
+
+
+def markdown_tables(result: dict) -> str:
+    rows = result["strategies"]
+    lines = [f"Target accuracy: {result['target_accuracy']:.3f} (ds_fixed's final mean "
+             f"{result['baseline_final_accuracy']:.3f} minus one point).", ""]
+    lines += _target_table(rows, "**To the target** (means over seeds; — where not every seed reached it)",
+                           "reached", "to_target_", "")
+    lines += [""] + _target_table(rows, "**To each seed's own target** (that seed's ds_fixed final accuracy minus "
+                                  "one point; means over seeds, — where not every seed reached it)",
+                                  "reached_per_seed", "to_seed_target_", "_per_seed")
+    lines += [""] + equal_budget_table(rows)
+    lines += ["", "**Whole run** (mean ± std over seeds)", "",
+              "| strategy | accuracy start | accuracy final | responses | tokens | rollout s | update s | total s | "
+              "rollout share | eval s (apart) | compile s (apart) | effective prompts/step | surplus groups | "
+              "update tokens | zero-variance ratio |", "|" + "---|" * 15]
+    for name, r in rows.items():
+        pm = lambda k: f"{_cell(r[k])} ± {_cell(r[k + '_std'])}"  # noqa: E731
+        lines.append("| " + " | ".join([name, pm("accuracy_start"), pm("accuracy_final"), pm("responses"),
+                                        _cell(r["tokens"]), _cell(r["rollout_s"]), _cell(r["update_s"]),
+                                        pm("total_s"), _cell(r["rollout_share"]), _cell(r["eval_s"]),
+                                        _cell(r["compile_s"]),
+                                        _cell(r["effective_prompts"]), _cell(r["surplus_groups"]),
+                                        _cell(r["update_tokens"]), _cell(r["zero_variance_ratio"])]) + " |")
+    lines += ["", "**Zero variance from one rollout of a prompt to its next** (P(again | now), pooled per run, "
+              "mean over seeds), and skip precision (the audited share of skips that were again zero-variance)", "",
+              "| strategy | consistency easy | consistency hard | skips easy | skips hard | audited easy | audited hard "
+              "| precision easy | precision hard | precision | audit responses (apart) | audit s (apart) |",
+              "|" + "---|" * 12]
+    for name, r in rows.items():
+        lines.append("| " + " | ".join([name] + [_cell(r[k]) for k in (
+            "consistency_easy", "consistency_hard", "skips_easy", "skips_hard", "audited_easy", "audited_hard",
+            "skip_precision_easy", "skip_precision_hard", "skip_precision", "audit_responses", "audit_s")]) + " |")
+    per_run = result["per_run"]
+    seeds = sorted({int(seed) for runs in per_run.values() for seed in runs})
+    lines += ["", "**Where each seed starts RL** (the warm start stops on its validation accuracy band)", "",
+              "| seed | warm-start steps | validation accuracy at stop | held-out accuracy at step 0 |", "|---|---|---|---|"]
+    for seed in seeds:
+        stats = next(runs[str(seed)] for runs in per_run.values() if str(seed) in runs)
+        lines.append(f"| {seed} | {_cell(stats['warmstart_steps'])} | {_cell(stats['warmstart_accuracy'])} | "
+                     f"{_cell(stats['accuracy_start'])} |")
+    return "\n".join(lines)
+
+
+def simulator_table(sim: dict) -> str:
+    f = sim["fractions"]
+    lines = [f"**The simulator beside the trainer** (population calibrated to vanilla's late all-correct "
+             f"{f['solved']:.2f} / all-incorrect {f['never']:.2f} shares; whole runs; the oracle would need "
+             f"{sim['oracle_vs_ds_fixed']:.2f}x fewer responses than ds_fixed)", "",
+             "| strategy | simulated responses | simulated ds_fixed / this | trainer responses | "
+             "trainer ds_fixed / this | simulated efficiency vs oracle |", "|" + "---|" * 6]
+    for name, r in sim["strategies"].items():
+        lines.append("| " + " | ".join([name] + [_cell(r[k]) for k in (
+            "sim_responses", "sim_vs_ds_fixed", "trainer_responses", "trainer_vs_ds_fixed",
+            "sim_efficiency_vs_oracle")]) + " |")
+    return "\n".join(lines)
+
+
+def plot(runs: dict[str, dict[int, list[dict]]], directory: str) -> list[str]:
+    """accuracy vs responses and vs time, zero-variance ratio over steps, GRESO's p; returns the file names."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def band(ax, xs_by_seed, ys_by_seed, label):
+        grid = np.linspace(0, min(x[-1] for x in xs_by_seed), 50)
+        ys = np.array([np.interp(grid, x, y) for x, y in zip(xs_by_seed, ys_by_seed)])
+        line, = ax.plot(grid, ys.mean(0), label=label)
+        ax.fill_between(grid, ys.min(0), ys.max(0), alpha=0.2, color=line.get_color())
+
+    files = []
+    for x_key, x_label, name in (("responses", "responses generated", "accuracy_vs_responses.png"),
+                                 ("step_s", "training time (s, evaluation excluded)", "accuracy_vs_time.png")):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for variant, seeds in runs.items():
+            xs, ys = [], []
+            for records in seeds.values():
+                c = run_curves(records)
+                xs.append([c[x_key][c["steps"].index(s)] for s in c["eval_steps"]])
+                ys.append(c["eval_accuracy"])
+            band(ax, xs, ys, variant)
+        ax.set_xlabel(x_label)
+        ax.set_ylabel("held-out accuracy")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(os.path.join(directory, name), dpi=120)
+        plt.close(fig)
+        files.append(name)
+    for keys, y_label, name, only in ((("selection/zero_variance_ratio",), "zero-variance share of rolled-out groups",
+                                       "zero_variance.png", None),
+                                      (("selection/p_easy", "selection/p_hard"), "GRESO keep probability base p",
+                                       "greso_p.png", "greso")):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for variant, seeds in runs.items():
+            if only and strategy_of(variant) != only:
+                continue
+            for key in keys:
+                series = [[_number(r, key) or 0.0 for r in sorted(recs, key=lambda r: r["step"]) if r["step"] > 0]
+                          for recs in seeds.values()]
+                length = min(len(s) for s in series)
+                ax.plot(range(1, length + 1), np.mean([s[:length] for s in series], 0),
+                        label=f"{variant} {key.split('/')[-1]}" if len(keys) > 1 else variant)
+        ax.set_xlabel("step")
+        ax.set_ylabel(y_label)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(os.path.join(directory, name), dpi=120)
+        plt.close(fig)
+        files.append(name)
+    return files
+
+
+def write_report(result: dict, runs, directory: str, command: str, notes: str = "") -> str:
+    """strategies.json, the plots and strategies.md in `directory`; returns the markdown's path."""
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "strategies.json"), "w") as f:
+        json.dump(result, f, indent=1, default=float)
+    images = plot(runs, directory)
+    seeds = sorted({s for v in runs.values() for s in v})
+    text = "\n".join([
+        f"# Strategies compared at equal accuracy ({datetime.date.today().isoformat()})", "",
+        f"Command: `{command}`", "",
+        f"Machine: {platform.platform()}, {os.cpu_count()} CPU cores, Python {platform.python_version()}; "
+        f"seeds {seeds}.", "", notes, "", markdown_tables(result), "",
+        *([simulator_table(result["simulator"]), ""] if "simulator" in result else []),
+        *[f"![{name}]({name})" for name in images], ""])
+    path = os.path.join(directory, "strategies.md")
+    with open(path, "w") as f:
+        f.write(text)
+    return path

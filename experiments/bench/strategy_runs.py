@@ -1,0 +1,114 @@
+"""One comparison run's numbers: a variant's strategy, and a run's metrics.jsonl records turned into cumulative
+curves, whole-run statistics, the cost to reach a target accuracy and the accuracy reached within a budget."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from greso_jax.selection import resolve_strategy
+
+BASELINE, ADAPTIVE_DS = "ds_fixed", "dynamic_sampling"
+
+
+def strategy_of(variant: str) -> str:
+    return ADAPTIVE_DS if variant == BASELINE else resolve_strategy(variant)
+
+
+def _number(record: dict, key: str) -> float | None:
+    value = record.get(key)
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def run_curves(records: Sequence[dict]) -> dict[str, list[float]]:
+    """Per-step cumulative curves of one run (index 0 = before training), and its evaluations."""
+    steps = sorted((r for r in records if r.get("step", 0) > 0), key=lambda r: r["step"])
+    cumulative = {"responses": [0.0], "tokens": [0.0], "rollout_s": [0.0], "update_s": [0.0], "step_s": [0.0],
+                  "audit_responses": [0.0], "audit_s": [0.0]}
+    cumulative["compile_s"] = [0.0]
+    keys = {"rollout_s": ("time/rollout",), "update_s": ("time/update",), "step_s": ("time/step",),
+            "audit_responses": ("audit/responses",), "audit_s": ("time/audit",),
+            "compile_s": ("time/rollout_compile", "time/reward_compile", "time/update_compile")}
+    # Times exclude compilation (a fixed cost per program shape, reported apart as compile_s).
+    compile_part = {"rollout_s": ("time/rollout_compile",), "update_s": ("time/update_compile",),
+                    "step_s": keys["compile_s"]}
+    for record in steps:
+        cumulative["responses"].append(_number(record, "rollout/num_responses") or cumulative["responses"][-1])
+        cumulative["tokens"].append(_number(record, "rollout/num_tokens") or cumulative["tokens"][-1])
+        for name, metric_keys in keys.items():
+            spent = sum(_number(record, k) or 0.0 for k in metric_keys)
+            spent -= sum(_number(record, k) or 0.0 for k in compile_part.get(name, ()))
+            cumulative[name].append(cumulative[name][-1] + spent)
+    evals = [(int(r["step"]), _number(r, "eval/accuracy")) for r in records if _number(r, "eval/accuracy") is not None]
+    eval_time = sum(_number(r, "time/eval") or 0.0 for r in records)
+    return {**cumulative, "eval_steps": [s for s, _ in evals], "eval_accuracy": [a for _, a in evals],
+            "eval_s": eval_time, "steps": [0] + [int(r["step"]) for r in steps]}
+
+
+def _sum(records, key) -> float:
+    return float(sum(_number(r, key) or 0.0 for r in records if r.get("step", 0) > 0))
+
+
+def _mean(records, key) -> float:
+    values = [v for r in records if r.get("step", 0) > 0 and (v := _number(r, key)) is not None]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def run_stats(records: Sequence[dict]) -> dict[str, float]:
+    """Whole-run numbers of one run."""
+    curves = run_curves(records)
+
+    def ratio(a, b):
+        return a / b if b else float("nan")
+
+    stats = {
+        "accuracy_start": curves["eval_accuracy"][0] if curves["eval_accuracy"] else float("nan"),
+        "accuracy_final": curves["eval_accuracy"][-1] if curves["eval_accuracy"] else float("nan"),
+        "responses": curves["responses"][-1], "tokens": curves["tokens"][-1],
+        "rollout_s": curves["rollout_s"][-1], "update_s": curves["update_s"][-1], "total_s": curves["step_s"][-1],
+        "eval_s": curves["eval_s"], "audit_s": curves["audit_s"][-1], "audit_responses": curves["audit_responses"][-1],
+        "compile_s": curves["compile_s"][-1],
+        "effective_prompts": _mean(records, "selection/effective_prompts"),
+        "surplus_groups": _sum(records, "selection/surplus_groups"),
+        "update_tokens": _sum(records, "actor/update_tokens"),
+        "zero_variance_ratio": _mean(records, "selection/zero_variance_ratio"),
+        "consistency_easy": ratio(_sum(records, "zero_variance/repeated_easy"),
+                                  _sum(records, "zero_variance/revisited_easy")),
+        "consistency_hard": ratio(_sum(records, "zero_variance/repeated_hard"),
+                                  _sum(records, "zero_variance/revisited_hard")),
+        "skips_easy": _sum(records, "selection/skipped_easy"), "skips_hard": _sum(records, "selection/skipped_hard"),
+    }
+    first = next((r for r in records if r.get("step") == 0), {})
+    stats["warmstart_steps"] = _number(first, "warmstart/steps") or float("nan")
+    stats["warmstart_accuracy"] = _number(first, "warmstart/accuracy") or float("nan")
+    stats["rollout_share"] = ratio(stats["rollout_s"], stats["total_s"])
+    for kind in ("easy", "hard"):
+        audited = _sum(records, f"audit/{kind}_skips")
+        stats[f"audited_{kind}"] = audited
+        stats[f"skip_precision_{kind}"] = ratio(_sum(records, f"audit/{kind}_zero_variance"), audited)
+    audited = stats["audited_easy"] + stats["audited_hard"]
+    stats["skip_precision"] = ratio(_sum(records, "audit/easy_zero_variance") + _sum(records, "audit/hard_zero_variance"),
+                                    audited)
+    return stats
+
+
+def cost_to_target(records: Sequence[dict], target: float) -> dict[str, float] | None:
+    """Responses, tokens and times spent until the first evaluation at or above `target` (None: never)."""
+    curves = run_curves(records)
+    for step, accuracy in zip(curves["eval_steps"], curves["eval_accuracy"]):
+        if accuracy >= target:
+            i = curves["steps"].index(step) if step in curves["steps"] else 0
+            return {"step": step, "responses": curves["responses"][i], "tokens": curves["tokens"][i],
+                    "rollout_s": curves["rollout_s"][i], "update_s": curves["update_s"][i],
+                    "total_s": curves["step_s"][i]}
+    return None
+
+
+def accuracy_within(records: Sequence[dict], budget: float, key: str) -> float:
+    """Held-out accuracy of one run at a budget of `key` ("responses" or "step_s": cumulative responses or
+    training seconds), linear between its evaluations; at most its last evaluation's accuracy."""
+    curves = run_curves(records)
+    spent = [curves[key][curves["steps"].index(step)] for step in curves["eval_steps"]]
+    return float(np.interp(budget, spent, curves["eval_accuracy"])) if spent else float("nan")
