@@ -278,3 +278,16 @@ def test_the_filter_sees_each_occurrences_epoch_and_the_step_epoch_follows_the_s
     stream.next_prompts(4)  # two from the end of epoch 0, two from epoch 1
     assert [e for _, e in recorder.asked[-4:]] == [0, 0, 1, 1] and stream.epoch == 1
     assert sorted(i for i, e in recorder.asked if e == 0) == list(range(n))  # epoch 0 is one permutation
+
+
+def test_the_skip_benchmark_pulls_what_its_keep_rate_implies():
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(__file__), "..", "experiments", "bench", "pipeline_skip.py")
+    spec = importlib.util.spec_from_file_location("pipeline_skip", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows, _ = make_arith_pools(400, 0, seed=0)
+    seconds, pulled, kept = bench.time_pulls(rows, keep_rate=0.1, batch=16, steps=5)
+    assert kept == 80 and 400 < pulled < 1600 and seconds > 0  # about 800 pulled at a 10% keep rate
+    assert bench.time_pulls(rows, keep_rate=1.0, batch=16, steps=5)[1:] == (80, 80)
