@@ -4,18 +4,21 @@ equal accuracy (responses, tokens and time to reach a target), with each selecto
   python experiments/bench/compare_strategies.py --seeds 0,1,2 --root runs/compare \
       [--config experiments/arith_headline.py] [--strategies vanilla,ds_fixed,...] [--report_dir DIR] [--config.x=y ...]
 
-Each run is `python -m greso_jax.train --config CONFIG:STRATEGY --config.seed=S --workdir ROOT/VARIANT/seedS`
-with the same config for all (extra --config.* flags go to every run; the variant ds_fixed is
-Dynamic Sampling with the papers' fixed passes); runs of strategies that skip before
-rollout (GRESO, posterior, MoPPS) also roll out a random 10% of the prompts they skip
-(eval.skip_audit_fraction, never trained on, its cost reported apart). Runs go one after the other; a finished run is not launched again, and the
-runs of one seed share the seed's supervised warm start (train.warmstart_cache_dir = ROOT/warmstart). `--collect_only` reads finished runs.
+Each run is `python -m greso_jax.train --config CONFIG:STRATEGY --config.seed=S --workdir
+ROOT/VARIANT/seedS` with the same config for all (extra --config.* flags go to every run; the
+variant ds_fixed is Dynamic Sampling with the papers' fixed passes); runs of strategies that skip
+before rollout (GRESO, posterior, MoPPS) also roll out a random 10% of the prompts they skip
+(eval.skip_audit_fraction, never trained on, its cost reported apart). Runs go one after the
+other; a finished run is not launched again, and the runs of one seed share the seed's supervised
+warm start (train.warmstart_cache_dir = ROOT/warmstart). `--collect_only` reads finished runs.
 
 The target accuracy is DS-fixed's (the papers' baseline) final mean held-out accuracy minus one
-point; beside the costs to reach it, each strategy's final accuracy is set against DS-fixed's at the
-same responses and at the same training time (the report's "at equal budgets" table). Rollout, update and total times exclude compilation (reported apart, as are evaluation
-and the skip audit). Written to --report_dir (default ROOT): strategies.json, strategies.md (the tables and the
-plots, the command, the machine, the date) and the plots.
+point; beside the costs to reach it, each strategy's final accuracy is set against DS-fixed's at
+the same responses and at the same training time (the report's "at equal budgets" table).
+Rollout, update and total times exclude compilation (reported apart, as are evaluation and the
+skip audit). Written to --report_dir (default ROOT): strategies.json, strategies.md (the tables
+and the plots, the command, the machine, the date) and the plots; the numbers come from
+strategy_runs.py, the report from strategy_report.py.
 """
 
 from __future__ import annotations

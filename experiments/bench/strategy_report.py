@@ -79,8 +79,9 @@ def markdown_tables(result: dict) -> str:
                                         _cell(r["update_tokens"]), _cell(r["zero_variance_ratio"])]) + " |")
     lines += ["", "**Zero variance from one rollout of a prompt to its next** (P(again | now), pooled per run, "
               "mean over seeds), and skip precision (the audited share of skips that were again zero-variance)", "",
-              "| strategy | consistency easy | consistency hard | skips easy | skips hard | audited easy | audited hard "
-              "| precision easy | precision hard | precision | audit responses (apart) | audit s (apart) |",
+              "| strategy | consistency easy | consistency hard | skips easy | skips hard | audited easy | "
+              "audited hard | precision easy | precision hard | precision | audit responses (apart) | "
+              "audit s (apart) |",
               "|" + "---|" * 12]
     for name, r in rows.items():
         lines.append("| " + " | ".join([name] + [_cell(r[k]) for k in (
@@ -89,7 +90,8 @@ def markdown_tables(result: dict) -> str:
     per_run = result["per_run"]
     seeds = sorted({int(seed) for runs in per_run.values() for seed in runs})
     lines += ["", "**Where each seed starts RL** (the warm start stops on its validation accuracy band)", "",
-              "| seed | warm-start steps | validation accuracy at stop | held-out accuracy at step 0 |", "|---|---|---|---|"]
+              "| seed | warm-start steps | validation accuracy at stop | held-out accuracy at step 0 |",
+              "|---|---|---|---|"]
     for seed in seeds:
         stats = next(runs[str(seed)] for runs in per_run.values() if str(seed) in runs)
         lines.append(f"| {seed} | {_cell(stats['warmstart_steps'])} | {_cell(stats['warmstart_accuracy'])} | "

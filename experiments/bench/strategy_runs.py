@@ -89,8 +89,8 @@ def run_stats(records: Sequence[dict]) -> dict[str, float]:
         stats[f"audited_{kind}"] = audited
         stats[f"skip_precision_{kind}"] = ratio(_sum(records, f"audit/{kind}_zero_variance"), audited)
     audited = stats["audited_easy"] + stats["audited_hard"]
-    stats["skip_precision"] = ratio(_sum(records, "audit/easy_zero_variance") + _sum(records, "audit/hard_zero_variance"),
-                                    audited)
+    zero_variance_skips = _sum(records, "audit/easy_zero_variance") + _sum(records, "audit/hard_zero_variance")
+    stats["skip_precision"] = ratio(zero_variance_skips, audited)
     return stats
 
 
