@@ -79,7 +79,7 @@ def offline(tmp_path, monkeypatch):
     return str(tmp_path / "wandb_dir")
 
 
-def test_lines_reach_wandb_and_a_resumed_run_keeps_its_id(tmp_path, offline):
+def test_lines_reach_wandb_and_a_resumed_run_keeps_its_id(tmp_path, offline, monkeypatch):
     config = configs.get_config()
     config.logging.wandb, config.logging.wandb_project, config.logging.wandb_run_name = True, "greso-test", "run-a"
     workdir = str(tmp_path / "run")
@@ -97,10 +97,15 @@ def test_lines_reach_wandb_and_a_resumed_run_keeps_its_id(tmp_path, offline):
         [(0, 0.25, None), (1, None, 0.5)]
     assert not any("actor/loss" in h or "eval/correct_counts" in h or "train/stopped" in h for h in history)
 
+    # wandb names an offline run's folder by the second it started in, so a resume within the same
+    # second would share the first run's folder: the resumed run gets a wandb dir of its own.
+    resumed_dir = str(tmp_path / "wandb_dir_resumed")
+    os.makedirs(resumed_dir)
+    monkeypatch.setenv("WANDB_DIR", resumed_dir)
     resumed = MetricsWriter(workdir, tensorboard=False, resume_step=1, config=config)
     resumed.write(2, {"rollout/reward_mean": 0.75})
     resumed.close()
-    _, _, history = _offline_run(offline, run_id)  # the resumed run: same id, its own offline folder
+    _, _, history = _offline_run(resumed_dir, run_id)  # the resumed run: same id, its own offline folder
     assert [(h["_step"], h["rollout/reward_mean"]) for h in history] == [(2, 0.75)]
 
 
