@@ -22,7 +22,8 @@ def _validate_warmstart_pool(train: ml_collections.ConfigDict, data: ml_collecti
     if data.source != "arith" or not train.warmstart_steps:
         raise ConfigError(f"train.warmstart_num_problems: {train.warmstart_num_problems} problems of the warm start's "
                           "own need an arithmetic warm start (data.source 'arith', train.warmstart_steps > 0)")
-    room = arith.pool_capacity(arith.level_weights(data.arith_level_weights)) - data.arith_num_train - data.arith_num_heldout
+    capacity = arith.pool_capacity(arith.level_weights(data.arith_level_weights))
+    room = capacity - data.arith_num_train - data.arith_num_heldout
     if train.warmstart_num_problems > room:
         raise ConfigError(f"train.warmstart_num_problems: {train.warmstart_num_problems} is more than the "
                           f"{room} problems data.arith_level_weights' levels hold beside the training and "

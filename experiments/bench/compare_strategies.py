@@ -152,13 +152,12 @@ def compare(runs: dict[str, dict[int, list[dict]]]) -> dict:
             row[f"to_seed_target_{key}"] = (float(np.mean([c[key] for c in seed_hits]))
                                             if per_seed and len(seed_hits) == len(per_seed) else None)
         # At equal budgets: ds_fixed's accuracy, on the same seed, once it had spent what this run spent.
-        for budget, key in (("responses", "responses"), ("time", "step_s")):
-            at = [accuracy_within(runs[BASELINE][s], per_run[variant][s]["total_s" if key == "step_s" else key], key)
-                  for s in seeds if s in runs[BASELINE]]
-            gains = [per_run[variant][s]["accuracy_final"] - a for s, a in zip(
-                [s for s in seeds if s in runs[BASELINE]], at)]
+        shared = [s for s in seeds if s in runs[BASELINE]]
+        for budget, curve_key, stat_key in (("responses", "responses", "responses"), ("time", "step_s", "total_s")):
+            at = [accuracy_within(runs[BASELINE][s], per_run[variant][s][stat_key], curve_key) for s in shared]
             row[f"baseline_at_equal_{budget}"], _ = _mean_std(at)
-            row[f"gain_at_equal_{budget}"], _ = _mean_std(gains)
+            row[f"gain_at_equal_{budget}"], _ = _mean_std(
+                [per_run[variant][s]["accuracy_final"] - a for s, a in zip(shared, at)])
         table[variant] = row
     for variant, row in table.items():
         for base in (BASELINE, ADAPTIVE_DS):

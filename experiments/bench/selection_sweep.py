@@ -48,7 +48,7 @@ def sweep(settings, fractions, strategy: str, field: str, values, fixed: dict, l
     base = {name: selection_sim.run_strategy(name, settings, fractions, levels)
             for name in ("dynamic_sampling", "greso", "oracle")}
     ds, oracle = base["dynamic_sampling"]["responses"], base["oracle"]["responses"]
-    runs = [(name, r) for name, r in base.items()]
+    runs = list(base.items())
     runs += [(f"{strategy} {field}={v:g}", selection_sim.run_strategy(strategy, settings, fractions, levels,
                                                                       **{**fixed, field: v})) for v in values]
     return [{"name": name, "responses": r["responses"],

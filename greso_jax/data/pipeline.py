@@ -103,6 +103,11 @@ class PromptPipeline:
             return self._global_position // len(self.rows)
         return (self.shard_index + self._next_index * self.shard_count) // len(self.rows)
 
+    @property
+    def _shard_epoch(self) -> int:
+        """Elements of one epoch on this shard (the last shard's may be one fewer)."""
+        return -(-len(self.rows) // self.shard_count)
+
     def element(self, prompt_id: int) -> PromptElement:
         """The tokenised element of one prompt, outside the stream (its position and filter untouched)."""
         return self._elements[int(self._row_of_id[int(prompt_id)])]
@@ -142,7 +147,6 @@ class PromptPipeline:
     def _peek_fitting(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """This shard's next `n` prompts that fit max_prompt_length, read without consuming them
         → (row indices, global stream positions, this shard's stream indices), each int64 [n]."""
-        per_shard = -(-len(self.rows) // self.shard_count)
         rows_seen, positions_seen, local_seen = [], [], []
         found, next_local = 0, self._next_index
         unfit_run = 0  # elements read since the last one that fit
@@ -152,7 +156,7 @@ class PromptPipeline:
             fit_at = np.flatnonzero(self._fitting(rows))[:n - found]
             read = int(fit_at[-1]) + 1 if len(fit_at) == n - found else len(rows)
             unfit_run = read - 1 - int(fit_at[-1]) if len(fit_at) else unfit_run + read
-            if unfit_run > per_shard:
+            if unfit_run > self._shard_epoch:
                 raise ValueError(f"data.max_prompt_length: a whole epoch of prompts is longer than "
                                  f"{self.max_prompt_length} tokens")
             rows_seen.append(rows[fit_at])
@@ -184,7 +188,7 @@ class PromptPipeline:
             raise ValueError(f"next_prompts: n must be >= 0, got {n}")
         kept_rows: list[np.ndarray] = []
         skipped: list[np.ndarray] = [np.zeros(0, np.int64)]
-        max_pulls = n + -(-len(self.rows) // self.shard_count)
+        max_pulls = n + self._shard_epoch
         num_kept = pulled = 0
         while num_kept < n and pulled < max_pulls:
             # Read ahead by the keep rate so far: keep decisions do not depend on the batch they are asked
