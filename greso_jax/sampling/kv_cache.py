@@ -41,9 +41,10 @@ def prefill(model, prompt_ids, prompt_lengths, constrain: Constraint = _identity
     valid = positions < prompt_lengths[:, None]
     mask = causal_padding_mask(valid)
     x = constrain(model.embed_tokens(prompt_ids))
+    rope = model.rope(positions, max_position=tp)
     caches = []
     for layer in model.layers:
-        q, k, v = layer.attn.project_qkv(layer.input_norm(x), positions)
+        q, k, v = layer.attn.project_qkv(layer.input_norm(x), rope)
         caches.append(LayerCache(constrain(k.transpose(0, 2, 3, 1)), constrain(v.transpose(0, 2, 1, 3))))
         x = x + layer.attn.project_out(attend(q, k, v, mask))
         x = constrain(x + layer.mlp(layer.post_attention_norm(x)))
@@ -119,10 +120,12 @@ def decode_step(model, tokens, prompt_cache, response_cache, prompt_lengths, slo
     row_slots = slot if jnp.ndim(slot) == 0 else jnp.repeat(slot, group)
     positions = (jnp.repeat(prompt_lengths, group) + offset + row_slots)[:, None]  # [R, 1]
     x = constrain(model.embed_tokens(tokens[:, None]))  # [R, 1, D]
+    # Positions stay below the prompt cache's length plus every response slot before and in this chunk.
+    rope = model.rope(positions, max_position=prompt_cache[0].v.shape[2] + offset + response_cache[0].v.shape[3])
     updated = []
     earlier = [()] * len(model.layers) if earlier is None else earlier
     for layer, prompt, response, before in zip(model.layers, prompt_cache, response_cache, earlier):
-        q, k, v = layer.attn.project_qkv(layer.input_norm(x), positions)
+        q, k, v = layer.attn.project_qkv(layer.input_norm(x), rope)
         k = k.reshape(n, group, cfg.num_kv_heads, cfg.head_dim, 1)
         v = v.reshape(n, group, cfg.num_kv_heads, 1, cfg.head_dim)
         response = LayerCache(constrain(_write_slot(response.k, k, slot, 4)),
