@@ -310,11 +310,14 @@ def test_segment_rows_halve_down_to_the_floor_in_multiples_of_the_mesh():
 TAIL_BUDGETS = [32, 1, 5, 32, 12, 3, 32, 8, 20]  # 18 rows in a 24-row bucket: 16 live after step 1, 6 after 20
 
 
-@pytest.mark.parametrize("temperature, shrink", [(0.0, 0.5), pytest.param(1.0, 0.5, marks=pytest.mark.slow),
-                                                 pytest.param(0.0, 0.75, marks=pytest.mark.slow)])
-def test_compaction_keeps_every_row(checkpoint, prompts, temperature, shrink):
+@pytest.mark.parametrize("temperature, shrink, cap", [(0.0, 0.5, 32), (0.0, 0.5, 48),
+                                                      pytest.param(1.0, 0.5, 32, marks=pytest.mark.slow),
+                                                      pytest.param(0.0, 0.75, 32, marks=pytest.mark.slow)])
+def test_compaction_keeps_every_row(checkpoint, prompts, temperature, shrink, cap):
+    """cap 32: one response chunk (31 slots); cap 48: two (24 + 23 slots), so segments start inside
+    the first chunk and go on into the second."""
     _, model = checkpoint
-    kwargs = dict(num_samples=2, max_new_tokens=TAIL_BUDGETS, max_new_tokens_cap=32, rng=jax.random.key(31),
+    kwargs = dict(num_samples=2, max_new_tokens=TAIL_BUDGETS, max_new_tokens_cap=cap, rng=jax.random.key(31),
                   temperature=temperature)
     eos = _tail_eos(model, prompts, kwargs)
     plain = generate(model, prompts, eos_ids=(eos,), **kwargs)
@@ -333,10 +336,12 @@ def test_compaction_keeps_every_row(checkpoint, prompts, temperature, shrink):
     cfg = model.cfg
     segments = segment_rows(24, 6, shrink=shrink)
     assert segments == ((12, 6) if shrink == 0.5 else (18, 14, 11, 9, 7, 6))
-    for rows in segments:  # each segment's response cache, one group of one per row
-        assert f"tensor<{rows}x1x{cfg.num_kv_heads}x31x{cfg.head_dim}xf32>" in lowered, rows
+    chunks = (31,) if cap == 32 else (24, 23)
+    for rows in segments:  # each segment's response chunks, one group of one per row
+        for slots in chunks:
+            assert f"tensor<{rows}x1x{cfg.num_kv_heads}x{slots}x{cfg.head_dim}xf32>" in lowered, (rows, slots)
     per_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4
-    assert compacted.kv_cache_bytes == plain.kv_cache_bytes + per_token * segments[0] * (31 + 32)
+    assert compacted.kv_cache_bytes == plain.kv_cache_bytes + per_token * segments[0] * (cap - 1 + 32)
 
 
 def _tail_eos(model, prompts, kwargs):

@@ -32,8 +32,8 @@ def segment_rows(rows: int, min_rows: int, multiple: int = 1, shrink: float = 0.
 class Rows(NamedTuple):
     """The rows one decode segment runs, R of them. `ids` int32 [R]: each row's index in the call
     (its RNG key and its place in the outputs); current (last token), ended, done, lengths [R];
-    cache: the response cache, one LayerCache per layer (k [R, 1, Hkv, hd, L], v [R, 1, Hkv, L, hd]:
-    a group of one, so `decode_step` sees each row as its own prompt)."""
+    cache: the response cache, per layer a tuple of its chunks, each a LayerCache (k [R, 1, Hkv, hd, L],
+    v [R, 1, Hkv, L, hd]: a group of one, so `decode_step` sees each row as its own prompt)."""
 
     ids: jax.Array
     current: jax.Array
@@ -52,16 +52,16 @@ def compact(rows: Rows, size: int, constrain: Constraint) -> Rows:
     def take(x):
         return constrain(jnp.take(x, order, axis=0))
 
-    cache = [LayerCache(take(layer.k), take(layer.v)) for layer in rows.cache]
-    return Rows(take(rows.ids), take(rows.current), take(rows.ended), take(rows.done), take(rows.lengths), cache)
+    return Rows(*(jax.tree.map(take, field) for field in rows))
 
 
 def ungroup(cache) -> list:
-    """A grouped response cache (k [N, G, Hkv, hd, L], v [N, G, Hkv, L, hd]) as N*G groups of one."""
+    """A grouped response cache (per layer, a tuple of chunks, each k [N, G, Hkv, hd, L], v [N, G, Hkv,
+    L, hd]) as N*G groups of one."""
     def flat(x):
         return x.reshape((x.shape[0] * x.shape[1], 1) + x.shape[2:])
 
-    return [LayerCache(flat(layer.k), flat(layer.v)) for layer in cache]
+    return jax.tree.map(flat, cache)
 
 
 def row_prompts(prompt_cache, prompt_lengths, prompt_index, constrain: Constraint):

@@ -126,9 +126,9 @@ def _program(params, prompt_ids, prompt_lengths, budgets, key, temperature, top_
              plan: Plan, mode: SamplingMode, pad_id: int, mesh):
     """The whole sampling call: prefill on [Np, Tp], then decode all Np*G rows until each has met
     EOS or its prompt's budget (budgets int32 [Np], traced: a new budget does not recompile).
-    With `plan.compact_rows`, decode leaves its first segment once few enough rows are live and
-    continues in segments of those row counts (see `greso_jax.sampling.compaction`); without, it
-    runs one loop per response-cache chunk (`plan.response_chunks`)."""
+    Each segment runs one loop per response-cache chunk (`plan.response_chunks`). With
+    `plan.compact_rows`, decode leaves its first segment once few enough rows are live and
+    continues in segments of those row counts (see `greso_jax.sampling.compaction`)."""
     model = nnx.merge(graphdef, params, rest)
     constrain = _constraint(mesh)
     group, steps = plan.group, plan.max_new_tokens
@@ -145,11 +145,11 @@ def _program(params, prompt_ids, prompt_lengths, budgets, key, temperature, top_
     ended = is_eos(first, eos_ids)
     state = (jnp.int32(1), first, ended, ended | (row_budgets <= 1), jnp.ones((rows,), jnp.int32), tokens, logprobs)
 
-    def decode(state, ids, budgets, prompts, lengths_of_prompts, leave_at, earlier=None, offset=0):
-        """Runs one segment's while loop over the rows `ids` (None: all rows, in order, grouped by
-        prompt) until every row is done, no step is left, or at most `leave_at` rows are live. The
-        last element of `state` is the response cache it writes, holding slots offset, offset + 1,
-        ... after the full chunks `earlier` (see `decode_step`); the loop also stops when it is full."""
+    def decode(state, ids, budgets, prompts, lengths_of_prompts, leave_at, earlier, offset):
+        """Runs one while loop over the rows `ids` (None: all rows, in order, grouped by prompt)
+        until every row is done, no step is left, at most `leave_at` rows are live, or its response
+        chunk is full. The last element of `state` is that chunk, holding slots offset, offset + 1,
+        ... after the full chunks `earlier` (see `decode_step`)."""
         last_step = min(steps - 1, offset + state[-1][0].v.shape[3])
 
         def keep_going(state):
@@ -177,20 +177,27 @@ def _program(params, prompt_ids, prompt_lengths, budgets, key, temperature, top_
 
         return jax.lax.while_loop(keep_going, one_token, state)
 
-    sizes = plan.compact_rows
-    if not sizes:  # the response cache in chunks: each loop reads only the chunks written so far
-        earlier, offset = [()] * len(model.layers), 0
-        for slots in plan.response_chunks:
-            chunk = empty_response_cache(model, plan.prompt_rows, group, slots, constrain)
-            *state, chunk = decode((*state, chunk), None, row_budgets, prompt_cache, prompt_lengths, None,
-                                   earlier, offset)
-            earlier = [before + (layer,) for before, layer in zip(earlier, chunk)]
+    def decode_segment(state, cache, ids, budgets, prompts, lengths_of_prompts, leave_at):
+        """One segment: the loops of chunks 0, 1, ... in turn (cache: per layer, a tuple of every
+        response chunk), each attending to the chunks before it in full. A chunk's loop runs no step
+        when the segment starts past it, or when an earlier loop stopped at `leave_at` (slots are
+        written in order, so no loop ever writes before its chunk). Returns (state, cache)."""
+        offset = 0
+        for c, slots in enumerate(plan.response_chunks):
+            *state, chunk = decode((*state, [layer[c] for layer in cache]), ids, budgets, prompts,
+                                   lengths_of_prompts, leave_at, [layer[:c] for layer in cache], offset)
+            cache = [layer[:c] + (new,) + layer[c + 1:] for layer, new in zip(cache, chunk)]
             offset += slots
-        _, _, ended, _, lengths, tokens, logprobs = state
+        return tuple(state), cache
+
+    # The response cache in chunks: a step reads only the chunks written so far.
+    chunks = [empty_response_cache(model, plan.prompt_rows, group, slots, constrain) for slots in plan.response_chunks]
+    cache = [tuple(chunk[layer] for chunk in chunks) for layer in range(len(model.layers))]
+    sizes = plan.compact_rows
+    (step, current, ended, done, lengths, tokens, logprobs), cache = decode_segment(
+        state, cache, None, row_budgets, prompt_cache, prompt_lengths, sizes[0] if sizes else None)
+    if not sizes:
         return tokens, logprobs, lengths, ~ended
-    response_cache = empty_response_cache(model, plan.prompt_rows, group, plan.response_slots, constrain)
-    step, current, ended, done, lengths, tokens, logprobs, cache = decode(
-        (*state, response_cache), None, row_budgets, prompt_cache, prompt_lengths, sizes[0])
 
     def segments_from(i, step, live: Rows, tokens, logprobs, all_lengths, all_ended):
         """Segments i, i+1, ... after the rows `live` (every row's final length and EOS flag so far
@@ -200,9 +207,10 @@ def _program(params, prompt_ids, prompt_lengths, budgets, key, temperature, top_
             rows = compact(live, sizes[i], constrain)
             prompts, lengths_of_prompts = row_prompts(prompt_cache, prompt_lengths, rows.ids // group, constrain)
             leave_at = sizes[i + 1] if i + 1 < len(sizes) else None
-            out = decode((step, rows.current, rows.ended, rows.done, rows.lengths, tokens, logprobs, rows.cache),
-                         rows.ids, row_budgets[rows.ids], prompts, lengths_of_prompts, leave_at)
-            next_step, current, ended, done, lengths, next_tokens, next_logprobs, cache = out
+            out, cache = decode_segment((step, rows.current, rows.ended, rows.done, rows.lengths, tokens, logprobs),
+                                        rows.cache, rows.ids, row_budgets[rows.ids], prompts, lengths_of_prompts,
+                                        leave_at)
+            next_step, current, ended, done, lengths, next_tokens, next_logprobs = out
             outputs = (next_tokens, next_logprobs, all_lengths.at[rows.ids].set(lengths, unique_indices=True),
                        all_ended.at[rows.ids].set(ended, unique_indices=True))
             if leave_at is None:
@@ -252,7 +260,7 @@ def _prepare(model, prompts, *, num_samples, max_new_tokens, max_new_tokens_cap,
     plan = Plan(prompt_rows=prompt_rows,
                  prompt_length=bucket_at_least(int(lengths.max()), prompt_buckets, "prompt length"),
                  group=num_samples, max_new_tokens=cap, compact_rows=segments, lanes=lanes,
-                 chunks=1 if lanes or segments else int(response_chunks))
+                 chunks=1 if lanes else int(response_chunks))
     # The chunks the program runs, not those asked for: calls that differ only there share a program.
     plan = dataclasses.replace(plan, chunks=len(plan.response_chunks))
     ids = np.full((plan.prompt_rows, plan.prompt_length), pad_id, np.int32)
@@ -334,11 +342,11 @@ def generate(model, prompts: list[list[int]], *, num_samples: int, max_new_token
     the plain program's, as under compaction. With min_compact_rows > 0 too, the lanes' drain (no
     prompt left waiting) is compacted in whole lanes, K * s, K * s^2, ... lanes.
 
-    response_chunks: without compaction or refill, the response cache is up to this many chunks of
-    near-equal slots (none under `shapes.MIN_CHUNK_SLOTS`), each decoded by its own loop that
-    attends to the chunks written so far, so a decode step reads the filled part of the cache
-    (about (C + 1) / 2C of it on average), not all of it. Same samples up to float rounding (the
-    softmax sums in another order); one more compiled loop per chunk.
+    response_chunks: without refill, the response cache is up to this many chunks of near-equal
+    slots (none under `shapes.MIN_CHUNK_SLOTS`), each decoded by its own loop that attends to the
+    chunks written so far, so a decode step reads the filled part of the cache (about (C + 1) / 2C
+    of it on average), not all of it. Same samples up to float rounding (the softmax sums in
+    another order); one more compiled loop per chunk (and per compaction segment).
     """
     key, make_fn, args, plan = _prepare(model, prompts, num_samples=num_samples, max_new_tokens=max_new_tokens,
                                         max_new_tokens_cap=max_new_tokens_cap,
