@@ -48,8 +48,11 @@ else
   # 512 rows, as in the measurement; bf16 as a GPU run would sample.
   # Long tail: compaction, and refill with as many rows in flight (64 lanes x 8) over 4x the prompts.
   # One response-cache chunk count (the default 4): timing 1 as well would not fit the part limits.
+  # Compaction to 128 rows (segments of 512, 256, 128): every segment compiles one loop per chunk,
+  # 4 x 3 loop bodies of 24-28 layers; down to 8 rows it would be 4 x 7 (not measured on a GPU yet).
   SAMPLER_SHAPE=(--prompts 64 --group 8 --prompt_len 128 --new_tokens 512 --dtype bfloat16
-                 --peak_size 8192 --bandwidth_mib 2048 --live_prompts 64 --compact_shrink 0.5 --response_chunks 4)
+                 --peak_size 8192 --bandwidth_mib 2048 --live_prompts 64 --min_compact_rows 128
+                 --compact_shrink 0.5 --response_chunks 4)
   SAMPLER_PRESETS=(qwen2.5-0.5b qwen2.5-math-1.5b)
   TRAIN_ARGS=(--presets qwen2.5-0.5b --rows 8 --length 1024 --repeats 3 --peak_size 8192)
   TESTS=(tests/test_sampler.py tests/test_model_parity.py)
