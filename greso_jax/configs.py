@@ -44,7 +44,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.model.dtype = "float32"  # compute dtype
     c.model.param_dtype = "float32"
     c.model.remat = False
-    c.model.tokenizer = "char"  # "char" (built-in) or "hf" (tokenizer.json in model.path)
+    c.model.tokenizer = "char"  # "char" (built-in) or "hf" (tokenizer.json in model.tokenizer_path)
+    c.model.tokenizer_path = ""  # folder of the "hf" tokenizer ("": model.path); with a preset, random weights
 
     c.data = ml_collections.ConfigDict()
     c.data.source = "arith"
@@ -188,6 +189,7 @@ FIELD_SPECS: dict[str, Spec] = {
     "model.param_dtype": Spec(STR, choices=DTYPES),
     "model.remat": Spec(BOOL),
     "model.tokenizer": Spec(STR, choices=("char", "hf")),
+    "model.tokenizer_path": Spec(STR),
     "data.source": Spec(STR, choices=SOURCES),
     "data.path": Spec(STR),
     "data.prompt_template": Spec(STR, choices=PROMPT_TEMPLATES),
@@ -317,8 +319,13 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
             raise ConfigError(f"data.path: no such file: {data.path}")
     if config.model.path and not os.path.isdir(config.model.path):
         raise ConfigError(f"model.path: no such folder: {config.model.path}")
-    if config.model.tokenizer == "hf" and not config.model.path:
-        raise ConfigError("model.tokenizer: 'hf' needs model.path (a folder with tokenizer.json)")
+    tokenizer_path = config.model.tokenizer_path or config.model.path
+    if config.model.tokenizer == "hf" and not tokenizer_path:
+        raise ConfigError("model.tokenizer: 'hf' needs model.tokenizer_path or model.path (a folder with "
+                          "tokenizer.json)")
+    if config.model.tokenizer_path and not os.path.isfile(os.path.join(config.model.tokenizer_path,
+                                                                       "tokenizer.json")):
+        raise ConfigError(f"model.tokenizer_path: no tokenizer.json in {config.model.tokenizer_path}")
     if not config.model.path:
         if config.model.preset not in PRESETS:
             raise ConfigError(f"model.preset: {config.model.preset!r} is not one of {', '.join(PRESETS)}")

@@ -29,10 +29,10 @@ from greso_jax.warmstart import AccuracyBand, cached_warmstart
 
 
 def build_tokenizer(config):
-    """model.tokenizer "hf": model.path's tokenizer.json; "char": the arithmetic alphabet, padded to
-    the preset's vocabulary when the model is a preset."""
+    """model.tokenizer "hf": the tokenizer.json of model.tokenizer_path (default model.path); "char":
+    the arithmetic alphabet, padded to the preset's vocabulary when the model is a preset."""
     if config.model.tokenizer == "hf":
-        return HFTokenizer(config.model.path)
+        return HFTokenizer(config.model.tokenizer_path or config.model.path)
     vocab = PRESETS[config.model.preset].vocab_size if not config.model.path else None
     return CharTokenizer(arith.ARITH_ALPHABET, vocab_size=vocab)
 

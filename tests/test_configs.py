@@ -81,6 +81,8 @@ def test_cross_field_checks_name_the_field(tmp_path):
         ({"data.source": "jsonl", "data.path": ""}, "data.path"),
         ({"data.source": "parquet", "data.path": str(tmp_path / "missing.parquet")}, "data.path"),
         ({"model.path": str(tmp_path / "no-model")}, "model.path"),
+        ({"model.tokenizer": "hf"}, "model.tokenizer"),  # no folder to read tokenizer.json from
+        ({"model.tokenizer": "hf", "model.tokenizer_path": str(tmp_path)}, "model.tokenizer_path"),
         ({"selection.strategy": "aero", "selection.aero.n_explore": 16}, "selection.aero.n_explore"),
         ({"train.warmstart_steps": 100, "train.warmstart_accuracy_low": 0.4, "train.warmstart_accuracy_high": 0.3},
          "train.warmstart_accuracy_high"),

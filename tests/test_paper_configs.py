@@ -184,3 +184,17 @@ def test_the_headline_task_and_its_variants_validate_for_every_strategy():
         assert mastered.train.warmstart_num_problems == 0
         assert (unseen.data.arith_level_weights, unseen.train.warmstart_level_weights) == (
             mastered.data.arith_level_weights, mastered.train.warmstart_level_weights)
+
+
+def test_a_paper_config_runs_at_a_smoke_shape_with_a_trained_tokenizer(shared_data, tmp_path):
+    """experiments/bench/paper_shape.py (what the GPU check runs at the 1.5B shape): random weights,
+    real DAPO prompts, a BPE tokenizer trained on them, the GRESO config's trainer, one pass a step."""
+    script = os.path.join(ROOT, "experiments", "bench", "paper_shape.py")
+    result = subprocess.run([sys.executable, script, "--tiny", "--steps", "1", "--data_dir", shared_data,
+                             "--workdir", str(tmp_path)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    row = next(line for line in result.stdout.splitlines() if line.startswith("| 1 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "64" and cells[2] == "1,024"  # 8 prompts x G 8, 16 tokens each (no EOS from random weights)
+    assert cells[3] == "0"  # every group zero-variance: nothing to train on
+    assert os.path.isfile(tmp_path / "tokenizer" / "tokenizer.json")

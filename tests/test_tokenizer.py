@@ -38,3 +38,27 @@ def test_hf_tokenizer_json_with_chat_template(tmp_path):
     assert text == "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"
     assert hf.encode("hello") == [5]
     assert hf.decode([5, 2, 6]) == "hello"
+
+
+def test_trained_bpe_tokenizer_round_trips_and_serves_a_preset(tmp_path):
+    """A tokenizer trained on prompts (for runs at a real shape with random weights) is a Hugging
+    Face folder the trainer's "hf" tokenizer reads: ChatML template, EOS and padding ids, bytes
+    round-trip, within the requested vocabulary."""
+    from greso_jax.configs import get_config, validate
+    from greso_jax.models.tokenizer import train_bpe_tokenizer
+    from greso_jax.policy import build_tokenizer
+
+    texts = ["Find the sum of $x^2 + 3x$ when x = 4.", "Let n be a positive integer; compute n! mod 7.",
+             "What is 12 * 17?"] * 20
+    trained = train_bpe_tokenizer(texts, str(tmp_path / "tok"), vocab_size=300)
+    assert trained.vocab_size <= 300
+    text = "Compute 3x + 12 mod 7, über alles."  # unseen bytes still encode
+    assert trained.decode(trained.encode(text)) == text
+    assert trained.eos_ids == (trained._tok.token_to_id("<|im_end|>"),)
+    assert trained.pad_id == trained._tok.token_to_id("<|endoftext|>")
+    assert trained.apply_chat_template([{"role": "user", "content": "hi"}]) == \
+        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    config = get_config()
+    config.model.tokenizer, config.model.tokenizer_path = "hf", str(tmp_path / "tok")
+    validate(config)  # a preset (random weights) with a tokenizer folder of its own
+    assert build_tokenizer(config).encode(text) == trained.encode(text)

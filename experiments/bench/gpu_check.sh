@@ -70,6 +70,19 @@ part() {  # part NAME LIMIT_S COMMAND...: runs it under a timeout, logs to $OUT/
 }
 
 "$PY" -c "import jax; print('devices:', jax.devices())" 2>&1 | tee "$OUT/summary.txt"
+# GPU_CHECK_PAPER=greso|vanilla: instead of the parts below, the 1.5B paper config at its real shape
+# (experiments/bench/paper_shape.py: random weights, DAPO prompts, a trained tokenizer, 1,024 new
+# tokens). greso: 3 steps of one 384 x 8 rollout pass each (random weights leave nothing to train
+# on); vanilla: 1 step that also runs the update at the paper's batch (256 x 8 rows of 2,560 tokens).
+# Estimated from the 1.5B decode and update rates measured so far: ~1 min a greso step, several
+# minutes for the vanilla update; one of them per device call.
+PAPER=${GPU_CHECK_PAPER:-}
+if [ -n "$PAPER" ]; then
+  steps=$([ "$PAPER" = vanilla ] && echo 1 || echo 3)
+  part "paper-shape-$PAPER" 560 "$PY" experiments/bench/paper_shape.py \
+    --config "experiments/qwen2_5_math_1_5b.py:$PAPER" --steps "$steps" --data_dir "${GRESO_SHARED_DATA:-../shared/data}"
+  exit 0
+fi
 for i in 0 1; do
   part "sampler-${SAMPLER_PRESETS[$i]}" "${SAMPLER_LIMITS[$i]}" "$PY" experiments/bench/sampler.py \
     --preset "${SAMPLER_PRESETS[$i]}" "${SAMPLER_SHAPE[@]}" --repeats 1 --tunix_python "" --long_tail

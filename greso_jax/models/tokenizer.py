@@ -106,6 +106,31 @@ class HFTokenizer:
             bos_token=self.bos_token, eos_token=self.eos_token)
 
 
+CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def train_bpe_tokenizer(texts: Sequence[str], folder: str, vocab_size: int) -> HFTokenizer:
+    """Trains a byte-level BPE tokenizer of at most `vocab_size` tokens on `texts` and writes it to
+    `folder` as a Hugging Face tokenizer (tokenizer.json, tokenizer_config.json with a ChatML
+    template, EOS <|im_end|>, padding <|endoftext|>), as Qwen2.5's are laid out. For runs at a real
+    model's shape where no tokenizer file can be downloaded: prompts of real length, random weights."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tokenizer.train_from_iterator(texts, trainer)
+    os.makedirs(folder, exist_ok=True)
+    tokenizer.save(os.path.join(folder, "tokenizer.json"))
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"chat_template": CHAT_TEMPLATE, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}, f)
+    return HFTokenizer(folder)
+
+
 def _raise_template_error(message):
     raise ValueError(f"chat template: {message}")
 
