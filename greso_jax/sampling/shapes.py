@@ -33,7 +33,7 @@ class Plan:
     # Row counts of the decode segments after the first (compaction); under refill, lane counts of the drain's.
     compact_rows: tuple[int, ...] = ()
     lanes: int = 0  # > 0: continuous batching, this many prompts' groups in flight (see sampling.refill)
-    chunks: int = 1  # the plain program's response cache in this many chunks (see `response_chunks`)
+    chunks: int = 1  # the response cache in this many chunks, in every compaction segment (see `response_chunks`)
 
     @property
     def rows(self) -> int:
