@@ -19,12 +19,17 @@
 #     latex2sympy2_extended==1.11.0 antlr4-python3-runtime==4.13.2 tensorboardX==2.6.5
 # (about 5 MB), then run with the device tool: command `bash experiments/bench/gpu_check.sh`,
 # carry [".whl"], timeout_s 560.
+# The paper-shape part (GPU_CHECK_PAPER below) also reads the DAPO parquet (3 MB), which does not
+# travel from ../shared: copy it into the ignored folder .data/ first
+#   mkdir -p .data/dapo_math17k_cleaned && cp ../shared/data/dapo_math17k_cleaned/train.parquet .data/dapo_math17k_cleaned/
+# and run `GRESO_SHARED_DATA=.data GPU_CHECK_PAPER=greso bash experiments/bench/gpu_check.sh`, carry [".whl", ".data"].
 #
 # GPU_CHECK_TINY=1 runs the same parts at tiny shapes, without installing the wheels (a smoke test
 # of this script on a CPU whose Python already has the packages; PYTHON names that interpreter).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$(mktemp -d)}
+mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
 # JAX and torch (transformers) share the GPU inside one benchmark process: no preallocation.
@@ -79,7 +84,7 @@ part() {  # part NAME LIMIT_S COMMAND...: runs it under a timeout, logs to $OUT/
 PAPER=${GPU_CHECK_PAPER:-}
 if [ -n "$PAPER" ]; then
   steps=$([ "$PAPER" = vanilla ] && echo 1 || echo 3)
-  part "paper-shape-$PAPER" 560 "$PY" experiments/bench/paper_shape.py \
+  part "paper-shape-$PAPER" 560 "$PY" experiments/bench/paper_shape.py $([ "$TINY" = 1 ] && echo --tiny) \
     --config "experiments/qwen2_5_math_1_5b.py:$PAPER" --steps "$steps" --data_dir "${GRESO_SHARED_DATA:-../shared/data}"
   exit 0
 fi
