@@ -45,7 +45,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.model.param_dtype = "float32"
     c.model.remat = False
     c.model.tokenizer = "char"  # "char" (built-in) or "hf" (tokenizer.json in model.tokenizer_path)
-    c.model.tokenizer_path = ""  # folder of the "hf" tokenizer ("": model.path); with a preset, random weights
+    c.model.tokenizer_path = ""  # tokenizer.json folder for "hf" ("": model.path): a preset's random weights can use it
 
     c.data = ml_collections.ConfigDict()
     c.data.source = "arith"
@@ -323,6 +323,8 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     if config.model.tokenizer == "hf" and not tokenizer_path:
         raise ConfigError("model.tokenizer: 'hf' needs model.tokenizer_path or model.path (a folder with "
                           "tokenizer.json)")
+    if config.model.tokenizer == "char" and config.model.tokenizer_path:
+        raise ConfigError("model.tokenizer_path: set, but model.tokenizer is 'char' (the path is read for 'hf')")
     if config.model.tokenizer_path and not os.path.isfile(os.path.join(config.model.tokenizer_path,
                                                                        "tokenizer.json")):
         raise ConfigError(f"model.tokenizer_path: no tokenizer.json in {config.model.tokenizer_path}")

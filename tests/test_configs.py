@@ -83,6 +83,7 @@ def test_cross_field_checks_name_the_field(tmp_path):
         ({"model.path": str(tmp_path / "no-model")}, "model.path"),
         ({"model.tokenizer": "hf"}, "model.tokenizer"),  # no folder to read tokenizer.json from
         ({"model.tokenizer": "hf", "model.tokenizer_path": str(tmp_path)}, "model.tokenizer_path"),
+        ({"model.tokenizer_path": str(tmp_path)}, "model.tokenizer_path"),  # read only by the 'hf' tokenizer
         ({"selection.strategy": "aero", "selection.aero.n_explore": 16}, "selection.aero.n_explore"),
         ({"train.warmstart_steps": 100, "train.warmstart_accuracy_low": 0.4, "train.warmstart_accuracy_high": 0.3},
          "train.warmstart_accuracy_high"),

@@ -21,8 +21,10 @@
 # carry [".whl"], timeout_s 560.
 # The paper-shape part (GPU_CHECK_PAPER below) also reads the DAPO parquet (3 MB), which does not
 # travel from ../shared: copy it into the ignored folder .data/ first
-#   mkdir -p .data/dapo_math17k_cleaned && cp ../shared/data/dapo_math17k_cleaned/train.parquet .data/dapo_math17k_cleaned/
-# and run `GRESO_SHARED_DATA=.data GPU_CHECK_PAPER=greso bash experiments/bench/gpu_check.sh`, carry [".whl", ".data"].
+#   mkdir -p .data/dapo_math17k_cleaned
+#   cp ../shared/data/dapo_math17k_cleaned/train.parquet .data/dapo_math17k_cleaned/
+# and run `GRESO_SHARED_DATA=.data GPU_CHECK_PAPER=greso bash experiments/bench/gpu_check.sh`,
+# carry [".whl", ".data"], timeout_s 600 (its part's limit is 500 s, under the device call's 600).
 #
 # GPU_CHECK_TINY=1 runs the same parts at tiny shapes, without installing the wheels (a smoke test
 # of this script on a CPU whose Python already has the packages; PYTHON names that interpreter).
@@ -54,7 +56,9 @@ else
   # Long tail: compaction, and refill with as many rows in flight (64 lanes x 8) over 4x the prompts.
   # One response-cache chunk count (the default 4): timing 1 as well would not fit the part limits.
   # Compaction to 128 rows (segments of 512, 256, 128): every segment compiles one loop per chunk,
-  # 4 x 3 loop bodies of 24-28 layers; down to 8 rows it would be 4 x 7 (not measured on a GPU yet).
+  # 4 x 3 loop bodies of 24-28 layers; down to 8 rows it would be 4 x 7. The part limits below were
+  # set before compaction's segments were chunked (12 -> 26 s first call on the CPU bench shape):
+  # not yet measured on a GPU, so a timed-out sampler part is the first thing to check.
   SAMPLER_SHAPE=(--prompts 64 --group 8 --prompt_len 128 --new_tokens 512 --dtype bfloat16
                  --peak_size 8192 --bandwidth_mib 2048 --live_prompts 64 --min_compact_rows 128
                  --compact_shrink 0.5 --response_chunks 4)
@@ -83,9 +87,14 @@ part() {  # part NAME LIMIT_S COMMAND...: runs it under a timeout, logs to $OUT/
 # minutes for the vanilla update; one of them per device call.
 PAPER=${GPU_CHECK_PAPER:-}
 if [ -n "$PAPER" ]; then
-  steps=$([ "$PAPER" = vanilla ] && echo 1 || echo 3)
-  part "paper-shape-$PAPER" 560 "$PY" experiments/bench/paper_shape.py $([ "$TINY" = 1 ] && echo --tiny) \
-    --config "experiments/qwen2_5_math_1_5b.py:$PAPER" --steps "$steps" --data_dir "${GRESO_SHARED_DATA:-../shared/data}"
+  case "$PAPER" in
+    greso) steps=3 ;;
+    vanilla) steps=1 ;;
+    *) summary "GPU_CHECK_PAPER: expected greso or vanilla, got '$PAPER'"; exit 1 ;;
+  esac
+  part "paper-shape-$PAPER" 500 "$PY" experiments/bench/paper_shape.py $([ "$TINY" = 1 ] && echo --tiny) \
+    --config "experiments/qwen2_5_math_1_5b.py:$PAPER" --steps "$steps" \
+    --data_dir "${GRESO_SHARED_DATA:-../shared/data}"
   exit 0
 fi
 for i in 0 1; do

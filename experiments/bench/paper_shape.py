@@ -38,10 +38,9 @@ SPLIT = ("time/rollout", "time/reward", "time/update")
 SMOKE_PRESET = "bench-30m"  # the smallest preset whose vocabulary holds a byte-level BPE (>= 259 tokens)
 
 
-def shaped_config(args, tokenizer_dir: str, data_path: str):
-    """The experiment's config with random weights of its preset, the trained tokenizer, the DAPO
+def shaped_config(c, args, tokenizer_dir: str, data_path: str):
+    """The experiment's config `c` with random weights of its preset, the trained tokenizer, the DAPO
     parquet, one rollout pass per step, no evaluation and no checkpoints between the steps."""
-    c = load_config(args.config)
     c.model.path, c.model.tokenizer, c.model.tokenizer_path = "", "hf", tokenizer_dir
     c.data.dataset, c.data.path = "", data_path
     c.sampling.max_new_tokens = args.new_tokens
@@ -62,21 +61,22 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=os.path.join(os.path.dirname(HERE), "qwen2_5_math_1_5b.py") + ":greso")
     parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--new_tokens", type=int, default=1024)
+    parser.add_argument("--new_tokens", type=int, default=None, help="default: 1,024 (16 with --tiny)")
     parser.add_argument("--data_dir", default="", help="folder holding " + DAPO + " (default: the data root)")
     parser.add_argument("--tokenizer_prompts", type=int, default=4000, help="prompts the tokenizer is trained on")
     parser.add_argument("--tiny", action="store_true", help=f"the {SMOKE_PRESET} preset at small batches and lengths")
     parser.add_argument("--workdir", default="")
     args = parser.parse_args()
-    if args.tiny and args.new_tokens == 1024:
-        args.new_tokens = 16
+    if args.new_tokens is None:
+        args.new_tokens = 16 if args.tiny else 1024
     workdir = args.workdir or tempfile.mkdtemp(prefix="paper-shape-")
     data_path = os.path.join(data_root(args.data_dir), DAPO)
     rows = load_verl_parquet(data_path)
-    preset = PRESETS[SMOKE_PRESET if args.tiny else load_config(args.config).model.preset]
+    config = load_config(args.config)
+    preset = PRESETS[SMOKE_PRESET if args.tiny else config.model.preset]
     texts = [rows[i].question for i in range(min(args.tokenizer_prompts, len(rows)))]
     tokenizer = train_bpe_tokenizer(texts, os.path.join(workdir, "tokenizer"), vocab_size=min(preset.vocab_size, 32768))
-    config = shaped_config(args, os.path.join(workdir, "tokenizer"), data_path)
+    config = shaped_config(config, args, os.path.join(workdir, "tokenizer"), data_path)
     print(f"config {args.config} at preset {config.model.preset}: train batch {config.train.train_batch_size}, "
           f"rollout batch {config.selection.rollout_batch_size} x G {config.rl.group_size}, "
           f"{config.sampling.max_new_tokens} new tokens, tokenizer of {tokenizer.vocab_size} tokens; "

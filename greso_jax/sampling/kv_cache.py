@@ -113,7 +113,8 @@ def decode_step(model, tokens, prompt_cache, response_cache, prompt_lengths, slo
     token index `slot` (a scalar, or int32 [N]: each prompt's own) -> (logits float32 [N*G, V],
     updated response cache). The token is at RoPE position prompt_length + offset + slot and its
     key/value go to slot `slot` of `response_cache`. earlier: per layer, a tuple of full response
-    chunks before it (offset slots in all, read-only), or None."""
+    chunks before it (offset slots in all, read-only), or None. slot must be below the chunk's
+    length: the RoPE table covers the prompt cache and the slots up to the chunk's end."""
     n, group = response_cache[0].k.shape[:2]
     cfg = model.cfg
     rows = n * group
