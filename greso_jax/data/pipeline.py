@@ -112,8 +112,11 @@ class PromptPipeline:
         """The tokenised element of one prompt, outside the stream (its position and filter untouched)."""
         return self._elements[int(self._row_of_id[int(prompt_id)])]
 
+    def _prompt_tokens(self, row: PromptRow) -> list[int]:
+        return self.tokenizer.encode(format_prompt(row, self.template, self.tokenizer))
+
     def _tokenise(self, row: PromptRow) -> PromptElement:
-        tokens = self.tokenizer.encode(format_prompt(row, self.template, self.tokenizer))
+        tokens = self._prompt_tokens(row)
         return PromptElement(prompt_id=row.prompt_id, prompt_tokens=np.asarray(tokens, dtype=np.int32),
                              ground_truth=row.ground_truth, data_source=row.data_source, difficulty=row.difficulty)
 
@@ -140,8 +143,7 @@ class PromptPipeline:
     def _fitting(self, rows: np.ndarray) -> np.ndarray:
         """Whether each row's prompt fits max_prompt_length, bool [K] (each prompt tokenised once, then memoised)."""
         for row in np.unique(rows[self._fits[rows] == 0]):
-            length = len(self.tokenizer.encode(format_prompt(self.rows[row], self.template, self.tokenizer)))
-            self._fits[row] = 1 if length <= self.max_prompt_length else -1
+            self._fits[row] = 1 if len(self._prompt_tokens(self.rows[row])) <= self.max_prompt_length else -1
         return self._fits[rows] > 0
 
     def _peek_fitting(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -53,10 +53,10 @@ def rope_tables(positions, head_dim: int, theta: float, max_position: int | None
 
     With max_position (every position must be below it: a position past the table reads NaN), the
     rows are looked up in [max_position, head_dim / 2] tables of constants that XLA folds at compile
-    time. Computed from the positions
-    instead, the cos and sin get fused into each layer's RoPE products and evaluated once per
-    head and element, for q and k in every layer (an optimization barrier does not stop it on
-    XLA:CPU): 7% of a CPU decode step at the sampler benchmark's shape (8 layers, 8 heads)."""
+    time. Computed from the positions instead, the cos and sin get fused into each layer's RoPE
+    products and evaluated once per head and element, for q and k in every layer (an optimization
+    barrier does not stop it on XLA:CPU): 7% of a CPU decode step at the sampler benchmark's shape
+    (8 layers, 8 heads)."""
     inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
     if max_position is None:
         angles = positions.astype(jnp.float32)[..., None] * inv_freq

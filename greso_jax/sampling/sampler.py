@@ -191,8 +191,8 @@ def _program(params, prompt_ids, prompt_lengths, budgets, key, temperature, top_
         return tuple(state), cache
 
     # The response cache in chunks: a step reads only the chunks written so far.
-    chunks = [empty_response_cache(model, plan.prompt_rows, group, slots, constrain) for slots in plan.response_chunks]
-    cache = [tuple(chunk[layer] for chunk in chunks) for layer in range(len(model.layers))]
+    cache = list(zip(*(empty_response_cache(model, plan.prompt_rows, group, slots, constrain)
+                       for slots in plan.response_chunks)))  # per layer, a tuple of its chunks
     sizes = plan.compact_rows
     (step, current, ended, done, lengths, tokens, logprobs), cache = decode_segment(
         state, cache, None, row_budgets, prompt_cache, prompt_lengths, sizes[0] if sizes else None)
