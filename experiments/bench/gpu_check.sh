@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # One-command GPU check (issue #16) for a lent H200: sampler vs transformers with the roofline
-# fraction at Qwen2.5-0.5B and 1.5B shapes, long-tail useful tokens/s, GRPO update MFU, and the GPU
-# test subset. Each part runs under its own timeout; total <= 8 minutes. Logs and summary.txt go
-# to $OUT (the device tool's folder that comes back; a temporary folder elsewhere).
+# fraction at Qwen2.5-0.5B and 1.5B shapes, long-tail useful tokens/s, GRPO update MFU, the
+# next-token draw per sampling mode at the Qwen vocabulary, and the GPU test subset. Each part runs
+# under its own timeout; total <= 8 minutes. Logs and summary.txt go to $OUT (the device tool's
+# folder that comes back; a temporary folder elsewhere).
 #
-# Budgets (timeout per part, seconds): wheels 30, sampler qwen2.5-0.5b 110, sampler
-# qwen2.5-math-1.5b 140, train_step 70, pytest 120 (sum 470, plus a few seconds to list the devices;
-# the parts usually end well before their limits).
+# Budgets (timeout per part, seconds): wheels 20, sampler qwen2.5-0.5b 110, sampler
+# qwen2.5-math-1.5b 140, train_step 70, token_draw 20, pytest 120 (sum 480, plus a few seconds to
+# list the devices; the parts usually end well before their limits).
 #
 # The H200 image has jax, flax, optax, orbax, torch, transformers, pytest, scipy; the rest of
 # requirements.txt travels as wheels in the ignored folder .whl/. Build it once, in the repo root
@@ -39,7 +40,7 @@ export XLA_PYTHON_CLIENT_PREALLOCATE=false
 
 TINY=${GPU_CHECK_TINY:-0}
 if [ -d .whl ] && [ "$TINY" != 1 ]; then
-  timeout 30 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  timeout 20 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || { echo "wheel install failed" | tee "$OUT/summary.txt"; exit 1; }
   export PYTHONPATH=/tmp/site
 fi
@@ -50,6 +51,7 @@ if [ "$TINY" = 1 ]; then
                  --live_prompts 4 --min_compact_rows 2 --compact_shrink 0.5)
   SAMPLER_PRESETS=(bench-30m tiny)
   TRAIN_ARGS=(--presets tiny --rows 2 --length 64 --repeats 1 --peak_size 256)
+  DRAW_ARGS=(--shapes 8x1000 --hidden 32 --repeats 1)
   TESTS=(tests/test_sampler.py -k "budgets or bad_arguments")
 else
   # 512 rows, as in the issue's measurement; bf16 as a GPU run would sample.
@@ -64,6 +66,7 @@ else
                  --compact_shrink 0.5 --response_chunks 4)
   SAMPLER_PRESETS=(qwen2.5-0.5b qwen2.5-math-1.5b)
   TRAIN_ARGS=(--presets qwen2.5-0.5b --rows 8 --length 1024 --repeats 3 --peak_size 8192)
+  DRAW_ARGS=(--shapes 512x151936 --hidden 896 --dtype bfloat16 --repeats 3)
   TESTS=(tests/test_sampler.py tests/test_model_parity.py)
 fi
 SAMPLER_LIMITS=(110 140)
@@ -102,4 +105,5 @@ for i in 0 1; do
     --preset "${SAMPLER_PRESETS[$i]}" "${SAMPLER_SHAPE[@]}" --repeats 1 --tunix_python "" --long_tail
 done
 part train_step 70 "$PY" experiments/bench/train_step.py "${TRAIN_ARGS[@]}"
+part token_draw 20 "$PY" experiments/bench/token_draw.py "${DRAW_ARGS[@]}"
 part pytest 120 "$PY" -m pytest -q -p no:cacheprovider "${TESTS[@]}"
