@@ -81,9 +81,12 @@ def truncate(scaled_logits, top, k: int, top_p=None):
     return jnp.where(kept, scaled_logits, NEG_INF)
 
 
-def _upper_triangular(n: int):
-    """[n, n] float32 with ones on and above the diagonal: x @ it is the inclusive cumsum of x."""
-    return jnp.triu(jnp.ones((n, n), jnp.float32))
+def _prefix_sums(x):
+    """x float32 [R, W] -> its inclusive cumulative sums along W, as a matmul with an upper-triangular
+    matrix of ones (XLA:CPU runs a cumsum slowly). At full float32 precision: a GPU's default for
+    float32 matmuls may round the operands (TF32), which moves draws across token boundaries."""
+    ones = jnp.triu(jnp.ones((x.shape[-1],) * 2, jnp.float32))
+    return jnp.matmul(x, ones, precision=jax.lax.Precision.HIGHEST)
 
 
 def _first_reaching(cdf, mass, target):
@@ -110,7 +113,7 @@ def sample_inverse_cdf(scaled_logits, uniforms, top):
     blocks = -(-vocab // width)
     padded = jnp.pad(scaled_logits, ((0, 0), (0, blocks * width - vocab)), constant_values=NEG_INF)
     block_mass = jnp.exp(padded - top).reshape(rows, blocks, width).sum(-1)  # [R, B]
-    block_cdf = block_mass @ _upper_triangular(blocks)
+    block_cdf = _prefix_sums(block_mass)
     mass = block_cdf[:, -1]
     target = uniforms * mass
     block = _first_reaching(block_cdf, block_mass, target)
@@ -118,7 +121,7 @@ def sample_inverse_cdf(scaled_logits, uniforms, top):
     inner_logits = jnp.take_along_axis(scaled_logits, jnp.minimum(index, vocab - 1), axis=1)
     inner = jnp.where(index < vocab, jnp.exp(inner_logits - top), 0.0)
     before = jnp.take_along_axis(block_cdf - block_mass, block[:, None], axis=1)[:, 0]
-    inner_cdf = before[:, None] + inner @ _upper_triangular(width)
+    inner_cdf = before[:, None] + _prefix_sums(inner)
     return (block * width + _first_reaching(inner_cdf, inner, target)).astype(jnp.int32), mass
 
 
