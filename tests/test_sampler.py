@@ -14,6 +14,7 @@ from greso_jax.models import PRESETS, from_pretrained, init_model
 from greso_jax.parallel import multihost
 from greso_jax.sampling import compile_count, generate, generate_in_chunks, lower_generate
 from greso_jax.sampling.compaction import segment_rows
+from greso_jax.sampling.refill import admission_order
 from greso_jax.sampling.shapes import DEFAULT_ROW_BUCKETS, Plan, bucket_at_least
 
 VOCAB = 97
@@ -476,3 +477,10 @@ def test_bad_arguments_name_the_field(bad, message):
     kwargs.update(bad)
     with pytest.raises(ValueError, match=message):
         generate(model, **kwargs)
+
+
+def test_refill_admits_the_longest_budgets_first():
+    budgets = jnp.asarray([3, 9, 3, 12, 9, 1, 7, 7], jnp.int32)
+    # Six real prompts (two padding slots after them), longest first, ties in the call's order.
+    np.testing.assert_array_equal(admission_order(budgets, jnp.int32(6)), [3, 1, 4, 0, 2, 5, 6, 7])
+    np.testing.assert_array_equal(admission_order(jnp.full((5,), 4, jnp.int32), jnp.int32(5)), np.arange(5))

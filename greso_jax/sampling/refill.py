@@ -3,9 +3,11 @@ group of G rows and its prompt cache; once all G rows of a lane are done, the ne
 is prefilled into that lane inside the compiled loop, so rows that stop early are replaced by
 useful rows instead of idling until the longest row of the call ends.
 
-Once no prompt is waiting, the lanes drain: the longest prompts finish one by one while the other
-lanes idle. With `plan.compact_rows` (here: lane counts), the drain runs in segments of ever fewer
-lanes, the live lanes gathered into each, as live-row compaction does for a plain call.
+Prompts enter in order of their token budgets, longest first, so that with per-prompt budgets the
+prompts still running once none is waiting are the short ones. Once no prompt is waiting, the lanes
+drain: the last prompts finish one by one while the other lanes idle. With `plan.compact_rows`
+(here: lane counts), the drain runs in segments of ever fewer lanes, the live lanes gathered into
+each, as live-row compaction does for a plain call.
 
 Lanes keep the prefix sharing of the plain program (one prompt cache entry per group), and every
 draw is keyed by (step, the row's index in the call) as there, so a call's samples do not depend on
@@ -58,6 +60,15 @@ class CallOutputs(NamedTuple):
     ended: jax.Array
 
 
+def admission_order(budgets, num_prompts):
+    """budgets int32 [Np], num_prompts (traced) -> int32 [Np]: the order prompts enter the lanes,
+    longest budget first (equal budgets keep the call's order; padding prompts last). The drain then
+    waits on the shortest prompts, not on a long one admitted last. Outputs and draws are keyed by
+    prompt index, so the order changes the schedule, not the samples."""
+    waiting = jnp.arange(budgets.shape[0]) < num_prompts
+    return jnp.argsort(jnp.where(waiting, -budgets, 1), stable=True).astype(jnp.int32)
+
+
 def refill_program(model, prompt_ids, prompt_lengths, budgets, num_prompts, key, temperature, top_p, eos_ids, *,
                    plan: Plan, mode: SamplingMode, pad_id: int, constrain: Constraint):
     """Samples G rows for each of the first `num_prompts` (traced) of prompt_ids [Np, Tp] through
@@ -101,7 +112,7 @@ def refill_program(model, prompt_ids, prompt_lengths, budgets, num_prompts, key,
     def refill_one(state):
         next_prompt = state[0]
         lane = jnp.argmin(live_lanes(state[2].done)).astype(jnp.int32)  # the first free lane
-        _, lanes_state, rows, out = load(state, lane[None], next_prompt[None])
+        _, lanes_state, rows, out = load(state, lane[None], admission[next_prompt][None])
         return next_prompt + 1, lanes_state, rows, out
 
     def one_token(state):
@@ -178,9 +189,9 @@ def refill_program(model, prompt_ids, prompt_lengths, budgets, num_prompts, key,
              CallOutputs(jnp.full((plan.rows, plan.max_new_tokens), pad_id, jnp.int32),
                          jnp.zeros((plan.rows, plan.max_new_tokens), jnp.float32),
                          jnp.zeros((plan.rows,), jnp.int32), jnp.zeros((plan.rows,), bool)))
-    first_lanes = jnp.arange(lanes, dtype=jnp.int32)
+    admission = admission_order(budgets, num_prompts)
     leave_at = sizes[0] if sizes else None
     state = jax.lax.while_loop(lambda s: (s[0] < num_prompts) | draining(s, leave_at), refill_then_decode,
-                               load(state, first_lanes, first_lanes))
+                               load(state, jnp.arange(lanes, dtype=jnp.int32), admission[:lanes]))
     out = drain(0, state) if sizes else state[3]
     return out.tokens, out.logprobs, out.lengths, ~out.ended
