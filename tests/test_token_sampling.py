@@ -49,7 +49,8 @@ def test_inverse_cdf_draw_matches_the_exact_float64_draw(vocab):
     assert np.mean(tokens == exact) >= 0.99
     # Where float32 rounding moved the draw, it moved across a boundary within rounding of u.
     off = tokens != exact
-    assert np.all(np.abs(cdf[off, tokens[off]] - uniforms[off]) < 1e-4)
+    boundary = np.minimum(tokens, exact)[off]  # the cumulative mass at the boundary the draw crossed
+    assert np.all(np.abs(cdf[off, boundary] - uniforms[off]) < 1e-4)
 
 
 def test_excluded_tokens_are_never_drawn():
@@ -59,21 +60,28 @@ def test_excluded_tokens_are_never_drawn():
     uniforms = jax.random.uniform(jax.random.key(3), (rows,), minval=1e-6, maxval=1.0)
     top = jnp.asarray(logits).max(-1, keepdims=True)
     tokens = np.asarray(sample_inverse_cdf(jnp.asarray(logits), uniforms, top)[0])
-    assert np.all(tokens % 2 == 1)
+    assert np.all(tokens % 2 == 1) and tokens.max() < vocab  # 300 tokens in blocks of 32: 20 padding slots
     assert len(np.unique(tokens)) > vocab // 4
+    # The last real tokens excluded and u = 1: the draw stops at the last token with mass, not in padding.
+    tail = logits[:1].copy()
+    tail[:, 250:] = -np.inf
+    token = sample_inverse_cdf(jnp.asarray(tail), jnp.ones((1,)), jnp.asarray(tail.max(-1, keepdims=True)))[0]
+    assert int(token[0]) == 249
 
 
-@pytest.mark.parametrize("k,top_p", [(1, None), (5, None), (50, None), (0, 0.5), (0, 0.9), (20, 0.8), (0, 0.999)])
+@pytest.mark.parametrize("k,top_p", [(1, None), (5, None), (50, None), (1000, None), (0, 1e-6), (0, 0.5), (0, 0.9),
+                                     (20, 0.8), (0, 0.999), (0, 0.9999999), (1000, 0.9)])
 def test_bisected_cutoffs_keep_the_sorted_reference_set(k, top_p):
     logits = _logits(256, 1000, seed=4)
     logits[:8, :10] = logits[:8].max(-1, keepdims=True)  # ten tokens tied at the top: cut-offs keep them all
     kept = np.isfinite(np.asarray(truncate(jnp.asarray(logits), jnp.asarray(logits.max(-1, keepdims=True)),
                                            k, None if top_p is None else jnp.float32(top_p))))
-    reference = _sorted_nucleus(logits.astype(np.float64), k, top_p)
+    reference = _sorted_nucleus(logits.astype(np.float64), k, None if top_p is None else float(np.float32(top_p)))
     differs = np.any(kept != reference, axis=-1)
     if top_p is not None and differs.any():
         # Only float32 rounding of the kept mass may move a nucleus, and only at its boundary.
-        probs = np.exp(logits - logits.max(-1, keepdims=True))
+        in_top_k = _sorted_nucleus(logits.astype(np.float64), k, None)
+        probs = np.where(in_top_k, np.exp(logits - logits.max(-1, keepdims=True)), 0.0)
         probs /= probs.sum(-1, keepdims=True)
         for r in np.flatnonzero(differs):
             moved = kept[r] != reference[r]
@@ -108,8 +116,10 @@ def test_logprobs_are_the_untruncated_tempered_policy(mode):
 def test_draw_benchmark_prints_every_mode():
     """experiments/bench/token_draw.py (a part of the GPU check) at a tiny shape."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    pythonpath = os.environ.get("PYTHONPATH")  # kept: gpu_check's wheels come from it
     out = subprocess.run([sys.executable, os.path.join(root, "experiments", "bench", "token_draw.py"), "--shapes",
                           "8x1000", "--hidden", "32", "--repeats", "1"], capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONPATH": root}, timeout=120).stdout
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, pythonpath]))},
+                         timeout=120).stdout
     for mode in ("logits matmul", "sample", "greedy", "top_k 50", "top_p 0.7", "top_k 50 + top_p 0.7"):
         assert f"8x1000  {mode}" in out, out

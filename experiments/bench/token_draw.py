@@ -60,8 +60,9 @@ def main():
         logits = matmul(hidden, unembed)
         keys = jax.random.split(jax.random.key(2), rows)
         for name, mode in MODES.items():
-            draw = jax.jit(lambda lg, ks, mode=mode: choose_tokens(lg, ks, mode, jnp.float32(1.0), jnp.float32(0.7)))
-            ms = best_ms(draw, logits, keys, repeats=args.repeats)
+            # Temperature and top_p are traced arguments, as in the sampler (not constants XLA could fold).
+            draw = jax.jit(lambda lg, ks, t, p, mode=mode: choose_tokens(lg, ks, mode, t, p))
+            ms = best_ms(draw, logits, keys, jnp.float32(1.0), jnp.float32(0.7), repeats=args.repeats)
             print(f"{shape:>14}  {name:<24} {ms:9.2f}  {ms / matmul_ms:15.2f}x")
 
 

@@ -35,7 +35,7 @@ def mode_of(temperature: float, top_p: float, top_k: int) -> SamplingMode:
 # Bit patterns of non-negative float32 values order as the values do, so a threshold on the
 # weights exp(logit - max) in [0, 1] can be found by bisecting integers in [0, bits(1.0)].
 _ONE_BITS = 0x3F800000
-_BISECTION_STEPS = _ONE_BITS.bit_length() + 1
+_BISECTION_STEPS = (_ONE_BITS + 1).bit_length()  # halvings that take [0, bits(1.0) + 1) to one value
 
 
 def _largest_threshold(weights, holds):
@@ -57,14 +57,16 @@ def _largest_threshold(weights, holds):
 
 def truncate(scaled_logits, top, k: int, top_p=None):
     """scaled_logits [R, V], top [R, 1] each row's max -> the same with the tokens outside the top-k
-    (k <= 0: off; ties kept), then outside the top-p nucleus (None: off), set to -inf.
+    (k <= 0: off; ties kept, judged on the float32 weights below, so logits within their rounding
+    tie), then outside the top-p nucleus (None: off), set to -inf.
 
     The nucleus is the smallest set of most likely tokens whose probability reaches top_p (within
     the top-k, renormalised): every token at or above the largest weight threshold whose kept mass
     reaches top_p, ties kept, so the most likely token always is. Both cut-offs are found by
     bisection on the weights exp(logit - max) rather than by sorting the vocabulary, which XLA
     does slowly (on CPU, 512 rows x 151,936 tokens: about 13 s for top_k, 15 s for a sort; the
-    bisection's 31 passes are about 1 s). A token whose weight underflows to 0 is never drawn
+    bisection's 30 passes are about 1 s). The nucleus test sums the excluded tail, which float32
+    resolves even for top_p within 1e-6 of 1. A token whose weight underflows to 0 is never drawn
     whichever side of a cut-off it falls."""
     if (k <= 0 or k >= scaled_logits.shape[-1]) and top_p is None:
         return scaled_logits
@@ -75,8 +77,9 @@ def truncate(scaled_logits, top, k: int, top_p=None):
         kept = weights >= kth
         weights = jnp.where(kept, weights, 0.0)
     if top_p is not None:
-        needed = top_p * jnp.sum(weights, axis=-1)
-        cutoff = _largest_threshold(weights, lambda w, t: jnp.sum(jnp.where(w >= t, w, 0.0), axis=-1) >= needed)
+        # mass(w >= t) >= top_p * total, as the excluded mass: mass(w < t) <= (1 - top_p) * total.
+        allowed = (1.0 - top_p) * jnp.sum(weights, axis=-1)
+        cutoff = _largest_threshold(weights, lambda w, t: jnp.sum(jnp.where(w < t, w, 0.0), axis=-1) <= allowed)
         kept = kept & (weights >= cutoff)
     return jnp.where(kept, scaled_logits, NEG_INF)
 
@@ -122,7 +125,9 @@ def sample_inverse_cdf(scaled_logits, uniforms, top):
     inner = jnp.where(index < vocab, jnp.exp(inner_logits - top), 0.0)
     before = jnp.take_along_axis(block_cdf - block_mass, block[:, None], axis=1)[:, 0]
     inner_cdf = before[:, None] + _prefix_sums(inner)
-    return (block * width + _first_reaching(inner_cdf, inner, target)).astype(jnp.int32), mass
+    # A row without positive mass (all -inf, NaN) would land on padding: it gets the last token.
+    tokens = jnp.minimum(block * width + _first_reaching(inner_cdf, inner, target), vocab - 1)
+    return tokens.astype(jnp.int32), mass
 
 
 def is_eos(tokens, eos_ids):
