@@ -55,24 +55,25 @@ def _largest_threshold(weights, holds):
     return jax.lax.bitcast_convert_type(low, jnp.float32)[:, None]
 
 
-def truncate(scaled_logits, top, k: int, top_p=None):
-    """scaled_logits [R, V], top [R, 1] each row's max -> the same with the tokens outside the top-k
-    (k <= 0: off; ties kept, judged on the float32 weights below, so logits within their rounding
-    tie), then outside the top-p nucleus (None: off), set to -inf.
+def truncate(logits, top, k: int, top_p=None, scale=1.0):
+    """logits [R, V], top [R, 1] each row's max, scale (1 / temperature) -> the logits with the tokens
+    outside the top-k (k <= 0: off; ties kept, judged on the float32 weights exp((logits - top) *
+    scale), so logits within their rounding tie), then outside the top-p nucleus of the tempered
+    policy (None: off), set to -inf.
 
     The nucleus is the smallest set of most likely tokens whose probability reaches top_p (within
     the top-k, renormalised): every token at or above the largest weight threshold whose kept mass
     reaches top_p, ties kept, so the most likely token always is. Both cut-offs are found by
-    bisection on the weights exp(logit - max) rather than by sorting the vocabulary, which XLA
+    bisection on the weights rather than by sorting the vocabulary, which XLA
     does slowly (on CPU, 512 rows x 151,936 tokens: about 13 s for top_k, 15 s for a sort; the
     bisection's 30 passes are about 1 s). The nucleus test sums the excluded tail, which float32
     resolves even for top_p within 1e-6 of 1. A token whose weight underflows to 0 is never drawn
     whichever side of a cut-off it falls."""
-    if (k <= 0 or k >= scaled_logits.shape[-1]) and top_p is None:
-        return scaled_logits
-    weights = jnp.exp(scaled_logits - top)
+    if (k <= 0 or k >= logits.shape[-1]) and top_p is None:
+        return logits
+    weights = jnp.exp((logits - top) * scale)
     kept = jnp.ones(weights.shape, bool)
-    if 0 < k < scaled_logits.shape[-1]:
+    if 0 < k < logits.shape[-1]:
         kth = _largest_threshold(weights, lambda w, t: jnp.sum(w >= t, axis=-1) >= k)
         kept = weights >= kth
         weights = jnp.where(kept, weights, 0.0)
@@ -81,7 +82,7 @@ def truncate(scaled_logits, top, k: int, top_p=None):
         allowed = (1.0 - top_p) * jnp.sum(weights, axis=-1)
         cutoff = _largest_threshold(weights, lambda w, t: jnp.sum(jnp.where(w < t, w, 0.0), axis=-1) <= allowed)
         kept = kept & (weights >= cutoff)
-    return jnp.where(kept, scaled_logits, NEG_INF)
+    return jnp.where(kept, logits, NEG_INF)
 
 
 def _prefix_sums(x):
@@ -101,28 +102,31 @@ def _first_reaching(cdf, mass, target):
     return jnp.where(hit.any(-1), jnp.argmax(hit, axis=-1), last_positive)
 
 
-def sample_inverse_cdf(scaled_logits, uniforms, top):
-    """scaled_logits float32 [R, V] (-inf: never drawn), uniforms [R] in (0, 1], top [R, 1] each row's
-    max -> (tokens int32 [R], mass float32 [R]: the row's sum of exp(scaled_logits - top)).
+def sample_inverse_cdf(logits, uniforms, top, scale=1.0):
+    """logits float32 [R, V] (-inf: never drawn), uniforms [R] in (0, 1], top [R, 1] each row's max,
+    scale (1 / temperature) -> (tokens int32 [R], mass float32 [R]: the row's sum of the weights
+    exp((logits - top) * scale)).
 
-    Inverse-CDF draw from the unnormalised weights exp(scaled_logits - top), in two levels (blocks of
+    Inverse-CDF draw from those unnormalised weights, in two levels (blocks of
     ~sqrt(V) tokens, then the token inside the chosen block), with the prefix sums done as small
     triangular matmuls: one uniform per row instead of V Gumbel variates, no length-V cumsum (slow
     on XLA:CPU), and no [R, V] array written: the weights are summed per block as they are
     computed, and only the chosen block is read again. Softmax-normalising first cost three more
-    passes over [R, V] (2.3x the time at 512 rows x 151,936 tokens on CPU)."""
-    rows, vocab = scaled_logits.shape
+    passes over [R, V] (2.3x the time at 512 rows x 151,936 tokens on CPU). The temperature is
+    applied inside each pass: logits / temperature as an array of its own was written out whole
+    when the temperature is traced."""
+    rows, vocab = logits.shape
     width = 1 << max(1, math.ceil(math.log2(math.sqrt(vocab))))
     blocks = -(-vocab // width)
-    padded = jnp.pad(scaled_logits, ((0, 0), (0, blocks * width - vocab)), constant_values=NEG_INF)
-    block_mass = jnp.exp(padded - top).reshape(rows, blocks, width).sum(-1)  # [R, B]
+    padded = jnp.pad(logits, ((0, 0), (0, blocks * width - vocab)), constant_values=NEG_INF)
+    block_mass = jnp.exp((padded - top) * scale).reshape(rows, blocks, width).sum(-1)  # [R, B]
     block_cdf = _prefix_sums(block_mass)
     mass = block_cdf[:, -1]
     target = uniforms * mass
     block = _first_reaching(block_cdf, block_mass, target)
     index = block[:, None] * width + jnp.arange(width)  # [R, W]: the chosen block's tokens
-    inner_logits = jnp.take_along_axis(scaled_logits, jnp.minimum(index, vocab - 1), axis=1)
-    inner = jnp.where(index < vocab, jnp.exp(inner_logits - top), 0.0)
+    inner_logits = jnp.take_along_axis(logits, jnp.minimum(index, vocab - 1), axis=1)
+    inner = jnp.where(index < vocab, jnp.exp((inner_logits - top) * scale), 0.0)
     before = jnp.take_along_axis(block_cdf - block_mass, block[:, None], axis=1)[:, 0]
     inner_cdf = before[:, None] + _prefix_sums(inner)
     # A row without positive mass (all -inf, NaN) would land on padding: it gets the last token.
@@ -152,17 +156,17 @@ def choose_tokens(logits, keys, mode: SamplingMode, temperature, top_p):
     log-softmax; top-k and top-p keep the most likely token, so one row max serves both the
     draw and the log-probability."""
     if mode.greedy:
-        scaled = logits
+        scale = 1.0
         tokens = jnp.argmax(logits, axis=-1).astype(jnp.int32)
         top = jnp.take_along_axis(logits, tokens[:, None], axis=-1)  # the max, without another pass
-        mass = jnp.exp(scaled - top).sum(-1)
+        mass = jnp.exp(logits - top).sum(-1)
     else:
-        scaled = logits / temperature
-        top = jnp.max(scaled, axis=-1, keepdims=True)
-        truncated = truncate(scaled, top, mode.top_k, top_p if mode.use_top_p else None)
+        scale = 1.0 / temperature  # max(logits / T) = max(logits) / T: the max is taken untempered
+        top = jnp.max(logits, axis=-1, keepdims=True)
+        truncated = truncate(logits, top, mode.top_k, top_p if mode.use_top_p else None, scale)
         uniforms = 1.0 - jax.vmap(lambda k: jax.random.uniform(k, (), jnp.float32))(keys)  # (0, 1]
-        tokens, mass = sample_inverse_cdf(truncated, uniforms, top)
-        if truncated is not scaled:  # the log-probability is the untruncated policy's
-            mass = jnp.exp(scaled - top).sum(-1)
-    chosen = jnp.take_along_axis(scaled, tokens[:, None], axis=-1)[:, 0] - top[:, 0] - jnp.log(mass)
+        tokens, mass = sample_inverse_cdf(truncated, uniforms, top, scale)
+        if truncated is not logits:  # the log-probability is the untruncated policy's
+            mass = jnp.exp((logits - top) * scale).sum(-1)
+    chosen = (jnp.take_along_axis(logits, tokens[:, None], axis=-1)[:, 0] - top[:, 0]) * scale - jnp.log(mass)
     return tokens, chosen
