@@ -27,6 +27,10 @@
 # and run `GRESO_SHARED_DATA=.data GPU_CHECK_PAPER=greso bash experiments/bench/gpu_check.sh`,
 # carry [".whl", ".data"], timeout_s 600 (its part's limit is 500 s, under the device call's 600).
 #
+# GPU_CHECK_PROFILE=1 runs, instead, experiments/bench/decode_profile.py at both sampler shapes
+# (where a decode step's time goes: attention, projections, MLP, logits, draw, cache writes, idle
+# time between kernels); 150 s per shape, carry [".whl"], timeout_s 340.
+#
 # GPU_CHECK_TINY=1 runs the same parts at tiny shapes, without installing the wheels (a smoke test
 # of this script on a CPU whose Python already has the packages; PYTHON names that interpreter).
 set -uo pipefail
@@ -53,6 +57,7 @@ if [ "$TINY" = 1 ]; then
   TRAIN_ARGS=(--presets tiny --rows 2 --length 64 --repeats 1 --peak_size 256)
   DRAW_ARGS=(--shapes 8x1000 --hidden 32 --repeats 1)
   TESTS=(tests/test_sampler.py -k "budgets or bad_arguments")
+  PROFILE_SHAPE=(--prompts 2 --group 4 --prompt_len 16 --new_tokens 16)
 else
   # 512 rows, as in the issue's measurement; bf16 as a GPU run would sample.
   # Long tail: compaction, and refill with as many rows in flight (64 lanes x 8) over 4x the prompts.
@@ -68,6 +73,7 @@ else
   TRAIN_ARGS=(--presets qwen2.5-0.5b --rows 8 --length 1024 --repeats 3 --peak_size 8192)
   DRAW_ARGS=(--shapes 512x151936 --hidden 896 --dtype bfloat16 --repeats 3)
   TESTS=(tests/test_sampler.py tests/test_model_parity.py)
+  PROFILE_SHAPE=(--prompts 64 --group 8 --prompt_len 128 --new_tokens 512 --dtype bfloat16 --response_chunks 4)
 fi
 SAMPLER_LIMITS=(110 140)
 
@@ -98,6 +104,12 @@ if [ -n "$PAPER" ]; then
   part "paper-shape-$PAPER" 500 "$PY" experiments/bench/paper_shape.py $([ "$TINY" = 1 ] && echo --tiny) \
     --config "experiments/qwen2_5_math_1_5b.py:$PAPER" --steps "$steps" \
     --data_dir "${GRESO_SHARED_DATA:-../shared/data}"
+  exit 0
+fi
+if [ "${GPU_CHECK_PROFILE:-}" = 1 ]; then
+  for preset in "${SAMPLER_PRESETS[@]}"; do
+    part "profile-$preset" 150 "$PY" experiments/bench/decode_profile.py --preset "$preset" "${PROFILE_SHAPE[@]}"
+  done
   exit 0
 fi
 for i in 0 1; do

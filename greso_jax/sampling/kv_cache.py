@@ -125,15 +125,22 @@ def decode_step(model, tokens, prompt_cache, response_cache, prompt_lengths, slo
     rope = model.rope(positions, max_position=prompt_cache[0].v.shape[2] + offset + response_cache[0].v.shape[3])
     updated = []
     earlier = [()] * len(model.layers) if earlier is None else earlier
+    # The named scopes label the HLO for `greso_jax.op_profile` (experiments/bench/decode_profile.py).
     for layer, prompt, response, before in zip(model.layers, prompt_cache, response_cache, earlier):
-        q, k, v = layer.attn.project_qkv(layer.input_norm(x), rope)
-        k = k.reshape(n, group, cfg.num_kv_heads, cfg.head_dim, 1)
-        v = v.reshape(n, group, cfg.num_kv_heads, 1, cfg.head_dim)
-        response = LayerCache(constrain(_write_slot(response.k, k, slot, 4)),
-                              constrain(_write_slot(response.v, v, slot, 3)))
+        with jax.named_scope("qkv_projection"):
+            q, k, v = layer.attn.project_qkv(layer.input_norm(x), rope)
+        with jax.named_scope("kv_cache_write"):
+            k = k.reshape(n, group, cfg.num_kv_heads, cfg.head_dim, 1)
+            v = v.reshape(n, group, cfg.num_kv_heads, 1, cfg.head_dim)
+            response = LayerCache(constrain(_write_slot(response.k, k, slot, 4)),
+                                  constrain(_write_slot(response.v, v, slot, 3)))
         updated.append(response)
-        q = q.reshape(n, group, cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads, cfg.head_dim)
-        out = _attend_prompt_and_response(q, prompt, response, prompt_lengths, slot, before)
-        x = x + layer.attn.project_out(out.reshape(rows, 1, cfg.num_heads, cfg.head_dim))
-        x = constrain(x + layer.mlp(layer.post_attention_norm(x)))
-    return model.logits(model.final_norm(x))[:, 0], updated
+        with jax.named_scope("attention"):
+            q = q.reshape(n, group, cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads, cfg.head_dim)
+            out = _attend_prompt_and_response(q, prompt, response, prompt_lengths, slot, before)
+        with jax.named_scope("out_projection"):
+            x = x + layer.attn.project_out(out.reshape(rows, 1, cfg.num_heads, cfg.head_dim))
+        with jax.named_scope("mlp"):
+            x = constrain(x + layer.mlp(layer.post_attention_norm(x)))
+    with jax.named_scope("logits"):
+        return model.logits(model.final_norm(x))[:, 0], updated

@@ -82,7 +82,8 @@ def refill_program(model, prompt_ids, prompt_lengths, budgets, num_prompts, key,
         next_prompt, lanes_state, rows, out = state
         # One prompt cannot split over the mesh's rows: a refill's prefill runs replicated, unconstrained.
         whole = constrain if prompt_index.shape[0] == lanes else (lambda x: x)
-        cache, first_logits = prefill(model, prompt_ids[prompt_index], prompt_lengths[prompt_index], whole)
+        with jax.named_scope("prefill"):
+            cache, first_logits = prefill(model, prompt_ids[prompt_index], prompt_lengths[prompt_index], whole)
         prompt_cache = [LayerCache(constrain(old.k.at[lane_ids].set(new.k)), constrain(old.v.at[lane_ids].set(new.v)))
                         for old, new in zip(lanes_state.prompt_cache, cache)]
         in_flight = (lane_ids[:, None] * group + jnp.arange(group)).reshape(-1)  # [F*G]
@@ -123,7 +124,8 @@ def refill_program(model, prompt_ids, prompt_lengths, budgets, num_prompts, key,
                                              lanes_state.response_cache, lanes_state.prompt_lengths, slots, constrain)
         row_steps = jnp.repeat(lanes_state.step, group)
         out_rows = jnp.repeat(lanes_state.prompt, group) * group + members
-        chosen, chosen_lp = choose_tokens(logits, row_keys(key, row_steps, out_rows), mode, temperature, top_p)
+        with jax.named_scope("token_draw"):
+            chosen, chosen_lp = choose_tokens(logits, row_keys(key, row_steps, out_rows), mode, temperature, top_p)
         live = ~rows.done
         chosen = jnp.where(live, chosen, pad_id)
         lengths = rows.lengths + live.astype(jnp.int32)

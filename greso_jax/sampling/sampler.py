@@ -136,7 +136,8 @@ def _program(params, prompt_ids, prompt_lengths, budgets, key, temperature, top_
     row_ids = jnp.arange(rows, dtype=jnp.int32)
     row_budgets = jnp.repeat(budgets, group)
 
-    prompt_cache, first_logits = prefill(model, prompt_ids, prompt_lengths, constrain)
+    with jax.named_scope("prefill"):
+        prompt_cache, first_logits = prefill(model, prompt_ids, prompt_lengths, constrain)
     first, first_lp = choose_tokens(constrain(jnp.repeat(first_logits, group, axis=0)),
                                     row_keys(key, 0, row_ids), mode, temperature, top_p)
     tokens = jnp.full((rows, steps), pad_id, jnp.int32).at[:, 0].set(first)
@@ -161,8 +162,9 @@ def _program(params, prompt_ids, prompt_lengths, budgets, key, temperature, top_
             step, current, ended, done, lengths, tokens, logprobs, cache = state
             logits, cache = decode_step(model, current, prompts, cache, lengths_of_prompts, step - 1 - offset,
                                         constrain, earlier, offset)
-            chosen, chosen_lp = choose_tokens(logits, row_keys(key, step, row_ids if ids is None else ids), mode,
-                                              temperature, top_p)
+            with jax.named_scope("token_draw"):
+                chosen, chosen_lp = choose_tokens(logits, row_keys(key, step, row_ids if ids is None else ids), mode,
+                                                  temperature, top_p)
             chosen = jnp.where(done, pad_id, chosen)
             chosen_lp = jnp.where(done, 0.0, chosen_lp)
             if ids is None:
