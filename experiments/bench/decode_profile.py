@@ -22,17 +22,18 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if REPO not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, REPO)
+
+from experiments.bench.sampler import add_call_shape_arguments  # noqa: E402
+
 SCOPES = ("prefill", "qkv_projection", "kv_cache_write", "attention", "out_projection", "mlp", "logits",
           "token_draw")
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", default="bench-30m")
-    parser.add_argument("--prompts", type=int, default=16)
-    parser.add_argument("--group", type=int, default=8)
-    parser.add_argument("--prompt_len", type=int, default=64)
-    parser.add_argument("--new_tokens", type=int, default=128)
+    add_call_shape_arguments(parser)
     parser.add_argument("--dtype", default="float32", help="compute and parameter dtype")
     parser.add_argument("--response_chunks", type=int, default=4)
     parser.add_argument("--top_p", type=float, default=1.0)
@@ -40,7 +41,6 @@ def main(argv=None):
     parser.add_argument("--trace_dir", default="", help="where the trace goes (default: a temporary folder)")
     args = parser.parse_args(argv)
 
-    sys.path.insert(0, REPO)
     import jax
     import numpy as np
 

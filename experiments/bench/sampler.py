@@ -267,13 +267,19 @@ def bench_tunix(args, prompts, cfg):
     return json.loads(result.stdout.strip().splitlines()[-1]), None
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_call_shape_arguments(parser: argparse.ArgumentParser) -> None:
+    """The sampler call's shape: --preset, --prompts, --group, --prompt_len, --new_tokens (the CPU
+    bench shape by default; also experiments/bench/decode_profile.py's)."""
     parser.add_argument("--preset", default="bench-30m")
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--prompt_len", type=int, default=64)
     parser.add_argument("--new_tokens", type=int, default=128)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_call_shape_arguments(parser)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--dtype", default="float32", help="compute and parameter dtype of both models")
