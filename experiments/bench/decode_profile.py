@@ -8,6 +8,12 @@ decode step by scope and how much of the wall time some op was running: on a GPU
 launch and loop overhead; on a CPU, op time over wall above 1 means threads ran ops side by side.
 The call is also timed untraced, beside the traced one, to show what tracing costs.
 
+XLA:GPU launches sequences of kernels (in recent versions whole loops) as command buffers (CUDA
+graphs), and a trace may name their kernels only by the command buffer, so this script turns
+command buffers off (`--xla_gpu_enable_command_buffer=` in XLA_FLAGS, unless
+--keep_command_buffers): the split by scope is then complete, and the idle time includes launch
+costs a graph would save (compare the untraced time with the sampler benchmark's).
+
     python experiments/bench/decode_profile.py                        # CPU: bench-30m, 16 x 8 x 64 x 128
     python experiments/bench/decode_profile.py --preset qwen2.5-0.5b --prompts 64 --prompt_len 128 \\
         --new_tokens 512 --dtype bfloat16                             # a GPU, the shape
@@ -39,7 +45,11 @@ def main(argv=None):
     parser.add_argument("--top_p", type=float, default=1.0)
     parser.add_argument("--top_k", type=int, default=0)
     parser.add_argument("--trace_dir", default="", help="where the trace goes (default: a temporary folder)")
+    parser.add_argument("--keep_command_buffers", action="store_true",
+                        help="leave XLA:GPU's command buffers on (their kernels then go unattributed)")
     args = parser.parse_args(argv)
+    if not args.keep_command_buffers:  # before JAX starts its backend; a CPU ignores the GPU flag
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_gpu_enable_command_buffer=".strip()
 
     import jax
     import numpy as np

@@ -29,7 +29,8 @@
 #
 # GPU_CHECK_PROFILE=1 runs, instead, experiments/bench/decode_profile.py at both sampler shapes
 # (where a decode step's time goes: attention, projections, MLP, logits, draw, cache writes, idle
-# time between kernels); 150 s per shape, carry [".whl"], timeout_s 340.
+# time between kernels; with XLA's command buffers off, so every kernel is named); 150 s per shape,
+# carry [".whl"], timeout_s 340.
 #
 # GPU_CHECK_TINY=1 runs the same parts at tiny shapes, without installing the wheels (a smoke test
 # of this script on a CPU whose Python already has the packages; PYTHON names that interpreter).
