@@ -31,7 +31,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if REPO not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, REPO)
 
-from experiments.bench.sampler import add_call_shape_arguments  # noqa: E402
+from experiments.bench.sampler import add_call_shape_arguments, call_prompts  # noqa: E402
 
 SCOPES = ("prefill", "qkv_projection", "kv_cache_write", "attention", "out_projection", "mlp", "logits",
           "token_draw")
@@ -52,15 +52,13 @@ def main(argv=None):
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_gpu_enable_command_buffer=".strip()
 
     import jax
-    import numpy as np
 
     from greso_jax import op_profile
     from greso_jax.models import PRESETS, init_model
     from greso_jax.sampling import generate, lower_generate
 
     model = init_model(PRESETS[args.preset].replace(dtype=args.dtype, param_dtype=args.dtype), seed=0)
-    vocab = model.cfg.vocab_size
-    prompts = np.random.default_rng(0).integers(1, vocab - 1, (args.prompts, args.prompt_len)).tolist()
+    prompts = call_prompts(args)
     kwargs = dict(num_samples=args.group, max_new_tokens=args.new_tokens, temperature=1.0, top_p=args.top_p,
                   top_k=args.top_k, response_chunks=args.response_chunks)
     start = time.perf_counter()

@@ -277,6 +277,17 @@ def add_call_shape_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--new_tokens", type=int, default=128)
 
 
+def call_prompts(args) -> list[list[int]]:
+    """The call's prompts for the shape in `args` (add_call_shape_arguments): seeded random token
+    ids, [prompts, prompt_len], below the preset's vocabulary."""
+    import numpy as np
+
+    from greso_jax.models import PRESETS
+
+    vocab = PRESETS[args.preset].vocab_size
+    return np.random.default_rng(0).integers(1, vocab - 1, (args.prompts, args.prompt_len)).tolist()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_call_shape_arguments(parser)
@@ -310,10 +321,7 @@ def main():
     sys.path.insert(0, REPO)
     import numpy as np
 
-    from greso_jax.models import PRESETS
-
-    vocab = PRESETS[args.preset].vocab_size
-    prompts = np.random.default_rng(0).integers(1, vocab - 1, (args.prompts, args.prompt_len)).tolist()
+    prompts = call_prompts(args)
     tokens = args.prompts * args.group * args.new_tokens
     peak = matmul_peak_flops(args.peak_size, args.dtype)
     bandwidth = copy_bandwidth(args.bandwidth_mib)
