@@ -116,8 +116,8 @@ class Trainer:
             elements, skipped_ids = self.pipeline.next_prompts(n)
         ids = np.asarray([e["prompt_id"] for e in elements], np.int64)
         skipped_ids = np.asarray(skipped_ids, np.int64)
-        if self.skip_audit.enabled and skipped_ids.size:  # why each was skipped, as it was then
-            self.skip_audit.record(skipped_ids, self.selector.last_outcomes(skipped_ids))
+        if self.skip_audit.enabled and skipped_ids.size:  # what each was skipped as, as it was then
+            self.skip_audit.record(skipped_ids, self.selector.skip_kinds(skipped_ids))
         return PulledPrompts(prompt_ids=ids, payloads=elements, skipped_ids=skipped_ids)
 
     def _rollout(self, prompt_ids, payloads, num_samples: int) -> ScoredPass:

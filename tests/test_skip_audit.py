@@ -4,10 +4,14 @@ trained on and never shown to the strategy, to measure whether the skips were ri
 import os
 import sys
 
+import numpy as np
 import pytest
 
 from greso_jax.configs import ConfigError, validate
 from greso_jax.metrics import read_metrics
+from greso_jax.selection import (OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_NONE, ScoredPass,
+                                 make_selector)
+from greso_jax.skip_audit import SkipAudit
 from greso_jax.trainer import Trainer
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -44,3 +48,44 @@ def test_audit_fraction_is_checked():
     config.eval.skip_audit_fraction = 1.5
     with pytest.raises(ConfigError, match="eval.skip_audit_fraction"):
         validate(config)
+
+
+def _scripted_rollout(correct_by_prompt):
+    def rollout(ids, payloads, group_size):
+        correct = np.array([correct_by_prompt[int(i)] for i in ids], bool)
+        assert correct.shape == (len(ids), group_size)
+        return ScoredPass(correct=correct, rewards=correct.astype(np.float32))
+    return rollout
+
+
+def test_every_audited_skip_is_counted_by_what_it_was_skipped_as():
+    # Prompt 0: skipped as easy, all correct again; 1: as easy, mixed; 2: as hard, all wrong again;
+    # 3: no prediction, all wrong (zero variance); 4: no prediction, mixed.
+    outcomes = {0: [1, 1, 1, 1], 1: [1, 0, 1, 1], 2: [0, 0, 0, 0], 3: [0, 0, 0, 0], 4: [0, 1, 0, 0]}
+    audit = SkipAudit(1.0, seed=0)
+    audit.begin_step()
+    audit.record(np.array([0, 1, 2]), np.array([OUTCOME_ALL_CORRECT, OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT]))
+    audit.record(np.array([3, 4]), np.array([OUTCOME_NONE, OUTCOME_NONE]))
+    out = audit.run(0, _scripted_rollout(outcomes), lambda i: {"prompt_id": i}, group_size=4)
+    assert (out["audit/easy_skips"], out["audit/easy_zero_variance"], out["audit/easy_same_outcome"]) == (2, 1, 1)
+    assert (out["audit/hard_skips"], out["audit/hard_zero_variance"], out["audit/hard_same_outcome"]) == (1, 1, 1)
+    assert (out["audit/other_skips"], out["audit/other_zero_variance"]) == (2, 1)
+    assert out["audit/responses"] == 5 * 4
+
+
+@pytest.mark.parametrize("strategy", ["greso", "mopps", "posterior"])
+def test_skip_kinds_give_every_skipping_strategys_skips_a_direction(strategy):
+    """The audit classifies skips by `skip_kinds`; a skip with no direction would fall out of the
+    easy / hard precision (the posterior's and MoPPS's skips of mixed or unseen prompts once did)."""
+    selector = make_selector(strategy, num_prompts=6, group_size=4, seed=0)
+    selector.begin_step(0)
+    selector.observe_counts(np.array([0, 1, 2]), np.array([4, 0, 2]), np.array([4, 4, 4]))
+    kinds = selector.skip_kinds(np.array([0, 1, 2, 5]))
+    assert kinds.dtype == np.int8 and kinds[0] == OUTCOME_ALL_CORRECT and kinds[1] == OUTCOME_ALL_INCORRECT
+    if strategy == "greso":  # a streak is what GRESO skips on: a mixed or unseen prompt has none
+        assert (kinds[2:] == OUTCOME_NONE).all()
+    else:
+        assert np.isin(kinds[2:], (OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT)).all()
+    selector.record_skipped(np.array([0, 1, 2, 5]))
+    assert selector.step_skipped_easy + selector.step_skipped_hard == int(np.isin(
+        kinds, (OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT)).sum())

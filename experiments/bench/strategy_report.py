@@ -80,13 +80,14 @@ def markdown_tables(result: dict) -> str:
     lines += ["", "**Zero variance from one rollout of a prompt to its next** (P(again | now), pooled per run, "
               "mean over seeds), and skip precision (the audited share of skips that were again zero-variance)", "",
               "| strategy | consistency easy | consistency hard | skips easy | skips hard | audited easy | "
-              "audited hard | precision easy | precision hard | precision | audit responses (apart) | "
-              "audit s (apart) |",
-              "|" + "---|" * 12]
+              "audited hard | audited, no prediction | precision easy | precision hard | precision | "
+              "audit responses (apart) | audit s (apart) |",
+              "|" + "---|" * 13]
     for name, r in rows.items():
         lines.append("| " + " | ".join([name] + [_cell(r[k]) for k in (
             "consistency_easy", "consistency_hard", "skips_easy", "skips_hard", "audited_easy", "audited_hard",
-            "skip_precision_easy", "skip_precision_hard", "skip_precision", "audit_responses", "audit_s")]) + " |")
+            "audited_other", "skip_precision_easy", "skip_precision_hard", "skip_precision", "audit_responses",
+            "audit_s")]) + " |")
     per_run = result["per_run"]
     seeds = sorted({int(seed) for runs in per_run.values() for seed in runs})
     lines += ["", "**Where each seed starts RL** (the warm start stops on its validation accuracy band)", "",

@@ -84,12 +84,14 @@ def run_stats(records: Sequence[dict]) -> dict[str, float]:
     stats["warmstart_steps"] = _number(first, "warmstart/steps") or float("nan")
     stats["warmstart_accuracy"] = _number(first, "warmstart/accuracy") or float("nan")
     stats["rollout_share"] = ratio(stats["rollout_s"], stats["total_s"])
-    for kind in ("easy", "hard"):
+    # Every audited skip counts in the overall precision, also those the strategy made no easy / hard
+    # prediction for ("other"; logged since the audit classifies skips by `skip_kinds`).
+    for kind in ("easy", "hard", "other"):
         audited = _sum(records, f"audit/{kind}_skips")
         stats[f"audited_{kind}"] = audited
         stats[f"skip_precision_{kind}"] = ratio(_sum(records, f"audit/{kind}_zero_variance"), audited)
-    audited = stats["audited_easy"] + stats["audited_hard"]
-    zero_variance_skips = _sum(records, "audit/easy_zero_variance") + _sum(records, "audit/hard_zero_variance")
+    audited = sum(stats[f"audited_{kind}"] for kind in ("easy", "hard", "other"))
+    zero_variance_skips = sum(_sum(records, f"audit/{kind}_zero_variance") for kind in ("easy", "hard", "other"))
     stats["skip_precision"] = ratio(zero_variance_skips, audited)
     return stats
 

@@ -166,11 +166,17 @@ class Selector:
         self._reset_step_tallies()
 
     def record_skipped(self, prompt_ids) -> None:
-        """Counts prompts the pipeline skipped this step (split into easy / hard by the strategy's history)."""
-        ids = check_prompt_ids(prompt_ids, self.num_prompts, f"{self.strategy}.record_skipped")
-        easy, hard = self._classify_skipped(ids)
-        self.step_skipped_easy += int(easy)
-        self.step_skipped_hard += int(hard)
+        """Counts prompts the pipeline skipped this step, split into easy / hard by `skip_kinds`."""
+        kinds = self.skip_kinds(prompt_ids)
+        self.step_skipped_easy += int(np.count_nonzero(kinds == OUTCOME_ALL_CORRECT))
+        self.step_skipped_hard += int(np.count_nonzero(kinds == OUTCOME_ALL_INCORRECT))
+
+    def skip_kinds(self, prompt_ids) -> np.ndarray:
+        """What the strategy skips each prompt as, from its history now, int8 [N]: OUTCOME_ALL_CORRECT
+        (easy: predicted all correct), OUTCOME_ALL_INCORRECT (hard), OUTCOME_NONE (no prediction: a
+        strategy that never skips)."""
+        ids = check_prompt_ids(prompt_ids, self.num_prompts, f"{self.strategy}.skip_kinds")
+        return self._skip_kinds(ids).astype(np.int8)
 
     def observe_groups(self, groups: list[Group]) -> None:
         """Records rolled-out groups (of any sizes) in the history."""
@@ -311,9 +317,9 @@ class Selector:
         self.step_revisited_easy = self.step_repeated_easy = 0
         self.step_revisited_hard = self.step_repeated_hard = 0
 
-    def _classify_skipped(self, ids: np.ndarray) -> tuple[int, int]:
-        """(easy, hard) counts among skipped ids; strategies that never skip see none."""
-        return 0, 0
+    def _skip_kinds(self, ids: np.ndarray) -> np.ndarray:
+        """OUTCOME_* per id (see `skip_kinds`); strategies that never skip make no prediction."""
+        return np.full(ids.size, OUTCOME_NONE, np.int8)
 
     def _update_history(self, ids, num_correct, num_samples, easy, hard) -> None:
         """Per-prompt history update after a rollout; the base keeps none."""

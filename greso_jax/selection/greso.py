@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from greso_jax.selection.base import PassConfig, StrategySettings, check_prompt_ids
+from greso_jax.selection.base import (OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_NONE, PassConfig,
+                                      StrategySettings, check_prompt_ids)
 from greso_jax.selection.dynamic_sampling import DynamicSamplingSelector
 from greso_jax.selection.registry import register_strategy
 from greso_jax.specs import FLOAT, INT, ConfigError, Spec, field
@@ -126,9 +127,9 @@ class GresoSelector(DynamicSamplingSelector):
         ids = check_prompt_ids(prompt_ids, self.num_prompts, "greso.should_keep")
         return self.occurrence_uniforms(ids, epochs, _KEEP_STREAM) < self.keep_probabilities(ids)
 
-    def _classify_skipped(self, ids: np.ndarray) -> tuple[int, int]:
+    def _skip_kinds(self, ids: np.ndarray) -> np.ndarray:
         streak = self.streak[ids]
-        return int(np.count_nonzero(streak > 0)), int(np.count_nonzero(streak < 0))
+        return np.where(streak > 0, OUTCOME_ALL_CORRECT, np.where(streak < 0, OUTCOME_ALL_INCORRECT, OUTCOME_NONE))
 
     def _update_history(self, ids, num_correct, num_samples, easy, hard) -> None:
         if np.unique(ids).size == ids.size:

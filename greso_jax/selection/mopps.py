@@ -47,7 +47,8 @@ from typing import Any
 import numpy as np
 from scipy import special
 
-from greso_jax.selection.base import PassConfig, StrategySettings, check_prompt_ids
+from greso_jax.selection.base import (OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, PassConfig, StrategySettings,
+                                      check_prompt_ids)
 from greso_jax.selection.dynamic_sampling import DynamicSamplingSelector
 from greso_jax.selection.registry import register_strategy
 from greso_jax.specs import FLOAT, Spec, field
@@ -141,10 +142,9 @@ class MoppsSelector(DynamicSamplingSelector):
         metrics["selection/mopps_tolerance"] = self.tolerance()
         return metrics
 
-    def _classify_skipped(self, ids: np.ndarray) -> tuple[int, int]:
+    def _skip_kinds(self, ids: np.ndarray) -> np.ndarray:
         alpha, beta = self.posterior(ids)
-        easy = int(np.count_nonzero(alpha / (alpha + beta) > 0.5))  # posterior mean above one half
-        return easy, int(ids.size) - easy
+        return np.where(alpha / (alpha + beta) > 0.5, OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT)  # by the mean
 
     def _update_history(self, ids, num_correct, num_samples, easy, hard) -> None:
         correct = num_correct.astype(np.float32)

@@ -6,8 +6,7 @@ from typing import Callable
 
 import numpy as np
 
-from greso_jax.selection.base import (OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_MIXED, PassConfig,
-                                      check_prompt_ids)
+from greso_jax.selection.base import OUTCOME_MIXED, PassConfig, check_prompt_ids
 from greso_jax.selection.dynamic_sampling import DynamicSamplingSelector
 from greso_jax.selection.groups import PassRequest
 from greso_jax.selection.registry import register_strategy
@@ -52,7 +51,5 @@ class OracleSelector(DynamicSamplingSelector):
         ids = check_prompt_ids(prompt_ids, self.num_prompts, "oracle.should_keep")
         return self._predict(ids) == OUTCOME_MIXED
 
-    def _classify_skipped(self, ids: np.ndarray) -> tuple[int, int]:
-        codes = self._predict(ids)
-        return (int(np.count_nonzero(codes == OUTCOME_ALL_CORRECT)),
-                int(np.count_nonzero(codes == OUTCOME_ALL_INCORRECT)))
+    def _skip_kinds(self, ids: np.ndarray) -> np.ndarray:
+        return self._predict(ids)

@@ -75,7 +75,8 @@ from typing import Any
 
 import numpy as np
 
-from greso_jax.selection.base import PassConfig, StrategySettings, check_prompt_ids
+from greso_jax.selection.base import (OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, PassConfig, StrategySettings,
+                                      check_prompt_ids)
 from greso_jax.selection.dynamic_sampling import DynamicSamplingSelector
 from greso_jax.selection.groups import Group, PassRequest
 from greso_jax.selection.registry import register_strategy
@@ -295,10 +296,10 @@ class PosteriorSelector(DynamicSamplingSelector):
 
     # -- history -------------------------------------------------------------------------------
 
-    def _classify_skipped(self, ids: np.ndarray) -> tuple[int, int]:
+    def _skip_kinds(self, ids: np.ndarray) -> np.ndarray:
         alpha, beta = self.prior(ids)
         mean = (alpha + self.correct[ids]) / (alpha + beta + self.correct[ids] + self.incorrect[ids])
-        return int(np.count_nonzero(mean > 0.5)), int(np.count_nonzero(mean <= 0.5))
+        return np.where(mean > 0.5, OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT)
 
     def _update_history(self, ids, num_correct, num_samples, easy, hard) -> None:
         # Calibration: what the posterior predicted for these groups against what they were.
