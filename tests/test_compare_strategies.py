@@ -80,6 +80,11 @@ def test_consistency_and_skip_precision_are_pooled_per_run():
     assert stats["consistency_easy"] == pytest.approx(0.9) and stats["consistency_hard"] == 1.0
     assert stats["skip_precision_easy"] == pytest.approx(0.8) and stats["skip_precision"] == pytest.approx(0.9)
     assert stats["audit_responses"] == 160 and stats["audit_s"] == pytest.approx(1.0)
+    # Skips without an easy / hard prediction count in the overall precision too.
+    records = _records([0.2, 0.3], 100, 1.0, **{"audit/hard_skips": 3, "audit/hard_zero_variance": 3,
+                                                "audit/other_skips": 1, "audit/other_zero_variance": 0})
+    stats = compare_strategies.run_stats(records)
+    assert stats["audited_other"] == 2 and stats["skip_precision"] == pytest.approx(0.75)
 
 
 def test_the_comparison_needs_the_baseline_and_variants_map_to_runs(tmp_path):
@@ -107,6 +112,19 @@ def test_report_has_the_tables_plots_and_json(tmp_path):
     for image in ("accuracy_vs_responses.png", "accuracy_vs_time.png", "zero_variance.png", "greso_p.png"):
         assert os.path.getsize(tmp_path / image) > 1000 and f"]({image})" in text
     assert json.load(open(tmp_path / "strategies.json"))["strategies"]["greso"]["to_target_responses"] == 200
+    # Whole runs: ds_fixed 600 responses and 6 s of rollout against GRESO's 200 and 2 s.
+    assert result["strategies"]["greso"]["whole_responses_vs_ds_fixed"] == pytest.approx(3.0)
+    assert "| greso | +0.050 | 3x | — | 3x | — | 3x | — |" in text
+    assert "**What limits the selectors here**" in text and "ds_fixed meets zero-variance groups in 50.0%" in text
+
+
+def test_the_limits_section_lists_only_strategies_that_skip():
+    audit = {"audit/hard_skips": 4, "audit/hard_zero_variance": 3, "selection/surplus_groups": 2}
+    runs = {"ds_fixed": {0: _records([0.2, 0.4], 300, 3.0)},
+            "greso": {0: _records([0.2, 0.35], 100, 1.0, **audit)}, "vanilla": {0: _records([0.2, 0.3], 50, 1.0)}}
+    text = compare_strategies.limits_section(compare_strategies.compare(runs))
+    assert "| greso | 0/1 | 0/1 | 3x | 3x | -0.050 | 0.75 (— / 0.75) | 4 |" in text
+    assert "| vanilla |" not in text and "rollout 50.0%, update 25.0%" in text
 
 
 def test_simulator_is_calibrated_to_vanilla_and_set_beside_the_trainer():

@@ -39,7 +39,8 @@ if REPO_ROOT not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, REPO_ROOT)
 
 from experiments.bench import selection_sim  # noqa: E402
-from experiments.bench.strategy_report import markdown_tables, simulator_table, write_report  # noqa: E402
+from experiments.bench.strategy_report import (limits_section, markdown_tables, simulator_table,  # noqa: E402
+                                              write_report)
 from experiments.bench.strategy_runs import (ADAPTIVE_DS, BASELINE, _number, accuracy_within,  # noqa: E402
                                              cost_to_target, run_stats, strategy_of)
 from experiments.sweep import absolute_config, is_finished, run_logged, shared_warmstart, train_command  # noqa: E402
@@ -162,6 +163,8 @@ def compare(runs: dict[str, dict[int, list[dict]]]) -> dict:
     for variant, row in table.items():
         for base in (BASELINE, ADAPTIVE_DS):
             for key in ("responses", "rollout_s", "total_s"):
+                theirs = table.get(base, {}).get(key)
+                row[f"whole_{key}_vs_{base}"] = theirs / row[key] if row[key] and theirs else None
                 for kind in ("to_target", "to_seed_target"):
                     mine, theirs = row[f"{kind}_{key}"], table.get(base, {}).get(f"{kind}_{key}")
                     suffix = "" if kind == "to_target" else "_per_seed"
@@ -240,6 +243,7 @@ def main(argv=None) -> int:
     path = write_report(result, runs, args.report_dir or args.root, command, args.notes)
     print(markdown_tables(result))
     print(simulator_table(result["simulator"]))
+    print(limits_section(result))
     print(f"report: {path}")
     return 1 if failed else 0
 

@@ -54,7 +54,6 @@ def equal_budget_table(rows: dict) -> list[str]:
     return lines
 
 
-
 def markdown_tables(result: dict) -> str:
     rows = result["strategies"]
     lines = [f"Target accuracy: {result['target_accuracy']:.3f} (ds_fixed's final mean "
@@ -65,6 +64,7 @@ def markdown_tables(result: dict) -> str:
                                   "one point; means over seeds, — where not every seed reached it)",
                                   "reached_per_seed", "to_seed_target_", "_per_seed")
     lines += [""] + equal_budget_table(rows)
+    lines += [""] + whole_run_speedups(rows)
     lines += ["", "**Whole run** (mean ± std over seeds)", "",
               "| strategy | accuracy start | accuracy final | responses | tokens | rollout s | update s | total s | "
               "rollout share | eval s (apart) | compile s (apart) | effective prompts/step | surplus groups | "
@@ -111,6 +111,55 @@ def simulator_table(sim: dict) -> str:
         lines.append("| " + " | ".join([name] + [_cell(r[k]) for k in (
             "sim_responses", "sim_vs_ds_fixed", "trainer_responses", "trainer_vs_ds_fixed",
             "sim_efficiency_vs_oracle")]) + " |")
+    return "\n".join(lines)
+
+
+def whole_run_speedups(rows: dict) -> list[str]:
+    """Whole-run ratios against both DS: how many times fewer responses / less time than each (means over seeds)."""
+    bases = (BASELINE, ADAPTIVE_DS)
+    lines = ["**Whole run against both DS** (the DS mean over this strategy's mean; above 1: this strategy spent "
+             "less)", "", "| strategy | final accuracy − ds_fixed | " + " | ".join(
+                 f"{key} vs {'ds_adaptive' if base == ADAPTIVE_DS else base}" for key in ("responses", "rollout s",
+                                                                                           "total s")
+                 for base in bases) + " |", "|" + "---|" * 8]
+    base_final = rows[BASELINE]["accuracy_final"] if BASELINE in rows else float("nan")
+    for name, r in rows.items():
+        ratios = [r.get(f"whole_{key}_vs_{base}") for key in ("responses", "rollout_s", "total_s") for base in bases]
+        lines.append("| " + " | ".join([name, f"{r['accuracy_final'] - base_final:+.3f}"] +
+                                       [_cell(x) + ("x" if x else "") for x in ratios]) + " |")
+    return lines
+
+
+def limits_section(result: dict) -> str:
+    """What bounds the selectors on this task, in numbers: the zero-variance share DS meets, its consistency,
+    the oracle's saving, each skipping strategy's precision, surplus and targets reached, where time goes."""
+    rows = result["strategies"]
+    if BASELINE not in rows:
+        return ""
+    base = rows[BASELINE]
+    lines = ["**What limits the selectors here** (means over seeds)", "",
+             f"- {BASELINE} meets zero-variance groups in {base['zero_variance_ratio']:.1%} of its rollouts; "
+             f"a prompt zero-variance now is again at its next rollout with probability "
+             f"{base['consistency_easy']:.3f} (all correct) / {base['consistency_hard']:.3f} (all incorrect).",
+             f"- Its time: rollout {base['rollout_share']:.1%}, update "
+             f"{base['update_s'] / base['total_s']:.1%} of the total (compilation, evaluation and audit apart)."]
+    if "simulator" in result:
+        lines.append(f"- The oracle (skips exactly the groups that will be zero-variance) would need "
+                     f"{result['simulator']['oracle_vs_ds_fixed']:.2f}x fewer responses than {BASELINE} "
+                     "(simulator calibrated to this task).")
+    lines += ["", "| strategy | common target reached | own target reached | responses vs ds_fixed | "
+              "rollout s vs ds_fixed | final accuracy − ds_fixed | skip precision (easy / hard) | surplus groups |",
+              "|" + "---|" * 8]
+    for name, r in rows.items():
+        audited = sum(r.get(f"audited_{kind}", 0.0) or 0.0 for kind in ("easy", "hard", "other"))
+        if not audited:
+            continue  # strategies that skip nothing before rollout
+        precision = (f"{_cell(r['skip_precision'])} ({_cell(r['skip_precision_easy'])} / "
+                     f"{_cell(r['skip_precision_hard'])})")
+        lines.append("| " + " | ".join([
+            name, r["reached"], r["reached_per_seed"],
+            *[_cell(r.get(f"whole_{key}_vs_{BASELINE}")) + "x" for key in ("responses", "rollout_s")],
+            f"{r['accuracy_final'] - base['accuracy_final']:+.3f}", precision, _cell(r["surplus_groups"])]) + " |")
     return "\n".join(lines)
 
 
@@ -181,6 +230,7 @@ def write_report(result: dict, runs, directory: str, command: str, notes: str = 
         f"Machine: {platform.platform()}, {os.cpu_count()} CPU cores, Python {platform.python_version()}; "
         f"seeds {seeds}.", "", notes, "", markdown_tables(result), "",
         *([simulator_table(result["simulator"]), ""] if "simulator" in result else []),
+        limits_section(result), "",
         *[f"![{name}]({name})" for name in images], ""])
     path = os.path.join(directory, "strategies.md")
     with open(path, "w") as f:
