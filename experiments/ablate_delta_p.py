@@ -9,7 +9,11 @@ other and sharing one supervised warm start (train.warmstart_cache_dir = ROOT/wa
 resumes from its checkpoint. `--print_only` prints the commands instead (to launch them on a
 cluster); `--collect_only` only reads the finished runs. The results go to ROOT:
 ablation.txt (table), ablation.json and accuracy_vs_rollouts.png. `--knob` sweeps another field
-the same way, e.g. the posterior selector's main knob: `--knob selection.posterior.threshold_step`.
+the same way, e.g. the posterior selector's main knob, the zero-variance ratio its threshold is
+tuned toward: `--knob selection.posterior.target_zero_variance`. The table's first column is then
+named after the field, and the two per-step values a strategy logs as selection/p_easy and
+selection/p_hard are named after what they are for it (the posterior: its threshold and its
+calibration).
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from greso_jax.metrics import format_table, read_lines  # noqa: E402
 TABLE_COLUMNS = ["delta_p", "steps", "accuracy_before", "accuracy_final", "responses_generated",
                  "prompts_skipped", "mean_effective_batch", "p_easy_epoch_1", "p_hard_epoch_1", "final_p_easy",
                  "final_p_hard"]
+# What each strategy logs as selection/p_easy and selection/p_hard (GRESO's names are the default).
+LOGGED_PAIR = {"posterior": ("threshold", "calibration"), "known_rate": ("threshold", "calibration")}
 
 
 def run_name(value: float) -> str:
@@ -115,6 +121,18 @@ def summarize_run(records: Sequence[dict], delta_p: float) -> dict:
             "final_p_easy": _last(records, "selection/p_easy"), "final_p_hard": _last(records, "selection/p_hard")}
 
 
+def relabel(row: dict, knob: str) -> dict:
+    """A table row with its columns named for `knob` (selection.<strategy>.<field>): the swept value
+    under the field's name, the logged pair under the strategy's names for it."""
+    parts = knob.split(".")
+    if knob == DEFAULT_KNOB or len(parts) < 3:
+        return row
+    easy, hard = LOGGED_PAIR.get(parts[1], ("p_easy", "p_hard"))
+    names = {"delta_p": parts[-1], "p_easy_epoch_1": f"{easy}_epoch_1", "p_hard_epoch_1": f"{hard}_epoch_1",
+             "final_p_easy": f"final_{easy}", "final_p_hard": f"final_{hard}"}
+    return {names.get(k, k): v for k, v in row.items()}
+
+
 def collect(root: str, values: Sequence[float], log=print) -> dict[float, list[dict]]:
     """metrics.jsonl records of each finished run, by Δp (unfinished or missing runs are reported and left out)."""
     runs = {}
@@ -131,12 +149,13 @@ def collect(root: str, values: Sequence[float], log=print) -> dict[float, list[d
     return runs
 
 
-def plot_accuracy_vs_rollouts(runs: dict[float, list[dict]], path: str) -> str:
+def plot_accuracy_vs_rollouts(runs: dict[float, list[dict]], path: str, knob: str = DEFAULT_KNOB) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    label = "Δp" if knob == DEFAULT_KNOB else knob.split(".")[-1]
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for value, records in sorted(runs.items()):
         points = [(r["rollout/num_responses"], r["eval/accuracy"]) for r in records
@@ -144,10 +163,10 @@ def plot_accuracy_vs_rollouts(runs: dict[float, list[dict]], path: str) -> str:
                   and isinstance(r.get("rollout/num_responses"), (int, float))]
         if points:
             xs, ys = zip(*points)
-            ax.plot(xs, ys, marker="o", label=f"Δp = {value:g}")
+            ax.plot(xs, ys, marker="o", label=f"{label} = {value:g}")
     ax.set_xlabel("cumulative rollouts (responses generated)")
     ax.set_ylabel("held-out accuracy")
-    ax.set_title("GRESO Δp ablation")
+    ax.set_title("GRESO Δp ablation" if knob == DEFAULT_KNOB else f"{knob} ablation")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -156,17 +175,17 @@ def plot_accuracy_vs_rollouts(runs: dict[float, list[dict]], path: str) -> str:
     return path
 
 
-def write_report(root: str, runs: dict[float, list[dict]]) -> tuple[str, list[dict]]:
+def write_report(root: str, runs: dict[float, list[dict]], knob: str = DEFAULT_KNOB) -> tuple[str, list[dict]]:
     """Writes ROOT/ablation.txt, ablation.json and accuracy_vs_rollouts.png; returns (table text, rows)."""
-    rows = [summarize_run(records, value) for value, records in sorted(runs.items())]
+    rows = [relabel(summarize_run(records, value), knob) for value, records in sorted(runs.items())]
     display = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()} for row in rows]
-    table = format_table(display, TABLE_COLUMNS)
+    table = format_table(display, list(relabel(dict.fromkeys(TABLE_COLUMNS), knob)))
     os.makedirs(root, exist_ok=True)
     with open(os.path.join(root, "ablation.txt"), "w") as f:
         f.write(table + "\n")
     with open(os.path.join(root, "ablation.json"), "w") as f:
         json.dump(rows, f, indent=2)
-    plot_accuracy_vs_rollouts(runs, os.path.join(root, "accuracy_vs_rollouts.png"))
+    plot_accuracy_vs_rollouts(runs, os.path.join(root, "accuracy_vs_rollouts.png"), knob)
     return table, rows
 
 
@@ -176,8 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--values", default="0.0025,0.005,0.01,0.02,0.05", help="comma-separated Δp values")
     parser.add_argument("--workdir_root", required=True, help="one workdir per value goes under it")
     parser.add_argument("--knob", default=DEFAULT_KNOB,
-                        help="the config field swept (e.g. selection.posterior.threshold_step for the posterior "
-                             "selector); the table's delta_p column holds its value")
+                        help="the config field swept (e.g. selection.posterior.target_zero_variance for the "
+                             "posterior selector); the table's first column is named after it")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--print_only", action="store_true", help="print the launch commands and stop")
     mode.add_argument("--collect_only", action="store_true", help="only collect the finished runs")
@@ -201,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not runs:
         print(f"error: no finished runs under {root}", file=sys.stderr)
         return 1
-    table, _ = write_report(root, runs)
+    table, _ = write_report(root, runs, args.knob)
     print(table)
     print(f"wrote {os.path.join(root, 'ablation.txt')}, ablation.json, accuracy_vs_rollouts.png")
     if failed:

@@ -125,8 +125,13 @@ def test_real_sweep_runs_trains_and_reports(tmp_path):
     assert json.load(open(root / "ablation.json")) == rows
 
 
-def test_another_knob_can_be_swept():
-    command = ablation.launch_command("/x/c.py:posterior", 0.05, "/r/dp_0.05", ["--config.seed=1"],
-                                      knob="selection.posterior.threshold_step")
-    assert "--config.selection.posterior.threshold_step=0.05" in command and "--config.seed=1" in command
+def test_another_knob_is_swept_and_reported_under_its_own_names(tmp_path):
+    knob = "selection.posterior.target_zero_variance"
+    command = ablation.launch_command("/x/c.py:posterior", 0.05, "/r/dp_0.05", ["--config.seed=1"], knob=knob)
+    assert "--config.selection.posterior.target_zero_variance=0.05" in command and "--config.seed=1" in command
     assert not any("delta_p" in part for part in command)
+    runs = {0.08: synthetic_run([0.2, 0.3, 0.4], [256] * 4, [0, 10, 20, 30], [32] * 4, [0.0] * 4)}
+    table, (row,) = ablation.write_report(str(tmp_path), runs, knob)
+    assert row["target_zero_variance"] == 0.08 and "delta_p" not in row
+    assert row["final_threshold"] == pytest.approx(0.46) and row["final_calibration"] == pytest.approx(0.54)
+    assert table.split("\n")[0].split()[:2] == ["target_zero_variance", "steps"] and "p_easy" not in table

@@ -103,7 +103,7 @@ class PosteriorSettings(StrategySettings):
                               "(1: only rollouts forget)")
     explore: float = field(0.005, _UNIT, "keep probability of a prompt predicted zero-variance (re-exploration)")
     threshold: float = field(0.5, _UNIT, "initial skip threshold on the predicted chance of a zero-variance group")
-    threshold_step: float = field(0.02, _UNIT, "change of the threshold after a step (the main ablation knob)")
+    threshold_step: float = field(0.02, _UNIT, "change of the threshold after a step toward the target")
     threshold_min: float = field(0.05, _UNIT, "lower clamp of the threshold")
     target_zero_variance: float = field(0.15, _UNIT, "zero-variance ratio of rolled-out groups the threshold "
                                         "aims at")
