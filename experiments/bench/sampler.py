@@ -6,7 +6,10 @@ EOS, in one run (greso_jax also with other response-cache chunk counts, --respon
 prints prefill time with and without prefix sharing, the KV-cache bytes, the fraction of the
 machine's matmul peak that the decode reaches and its roofline fraction
 (time bound max(FLOPs / matmul peak, bytes read / copy bandwidth) per decode step, both peaks
-measured in the same run, over the measured decode time).
+measured in the same run, over the measured decode time). On CPU, greso_jax is also timed with the
+host split into --host_devices XLA devices (default: one per core) and the prompts' groups
+data-parallel over them: a single device runs the attention's small batched products on one
+thread (experiments/bench/decode_profile.py), a data mesh gives each core its own rows.
 
     python experiments/bench/sampler.py                       # CPU defaults: 16 x 8 x 64 x 128
     python experiments/bench/sampler.py --tunix_python=""     # without Tunix
@@ -118,6 +121,15 @@ def bench_greso(args, prompts, cfg_name):
     compile_s = time.perf_counter() - start
     seconds = _best_time(lambda: generate(model, prompts, rng=jax.random.key(1), **kwargs), args.repeats)
     assert (out.lengths == args.new_tokens).all() and compile_count() >= 1
+    host_mesh_seconds = None
+    if jax.default_backend() == "cpu" and jax.device_count() > 1:  # the host's cores as data-parallel devices
+        from greso_jax.parallel.sharding import make_mesh
+
+        mesh_kwargs = dict(kwargs, mesh=make_mesh(data=jax.device_count()))
+        sharded = generate(model, prompts, rng=jax.random.key(0), **mesh_kwargs)
+        assert (sharded.lengths == args.new_tokens).all()
+        host_mesh_seconds = _best_time(lambda: generate(model, prompts, rng=jax.random.key(1), **mesh_kwargs),
+                                       args.repeats)
     other_seconds = {}  # the same call with another response-cache chunk count, side by side
     for other in other_chunks:
         other_kwargs = dict(kwargs, response_chunks=other)
@@ -177,7 +189,8 @@ def bench_greso(args, prompts, cfg_name):
     folder = os.path.join(args.workdir, "bench-weights")
     save_pretrained(model, folder)
     param_bytes = sum(x.nbytes for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
-    return dict(seconds=seconds, other_seconds=other_seconds, compile_s=compile_s, prefill_shared_s=shared,
+    return dict(seconds=seconds, other_seconds=other_seconds, host_mesh_seconds=host_mesh_seconds,
+                compile_s=compile_s, prefill_shared_s=shared,
                 prefill_per_row_s=per_row,
                 kv_cache_bytes=out.kv_cache_bytes, weights=folder, cfg=model.cfg, param_bytes=param_bytes,
                 long_tail=long_tail)
@@ -308,6 +321,9 @@ def main():
     parser.add_argument("--response_chunks", type=int, nargs="+", default=[4, 1],
                         help="response-cache chunks of greso_jax's calls; values after the first are timed "
                              "beside it on the no-EOS call")
+    parser.add_argument("--host_devices", type=int, default=os.cpu_count(),
+                        help="on CPU, also time greso_jax with the host split into this many XLA devices, the "
+                             "rows data-parallel over them (1: only the single-device call)")
     parser.add_argument("--tunix_python", default="/tmp/venv-peers/bin/python")
     parser.add_argument("--skip_transformers", action="store_true")
     parser.add_argument("--workdir", default=tempfile.mkdtemp(prefix="bench-sampler-"))
@@ -319,7 +335,11 @@ def main():
         return tunix_worker(args)
 
     sys.path.insert(0, REPO)
+    import jax
     import numpy as np
+
+    if args.host_devices > 1:  # before JAX's CPU client starts; a GPU or TPU backend ignores it
+        jax.config.update("jax_num_cpu_devices", args.host_devices)
 
     prompts = call_prompts(args)
     tokens = args.prompts * args.group * args.new_tokens
@@ -330,6 +350,8 @@ def main():
     chunks = args.response_chunks[0]
     results = {"greso_jax": ours["seconds"]}
     results.update({f"  {n} chunk{'s' * (n > 1)}": s for n, s in ours["other_seconds"].items()})
+    if ours["host_mesh_seconds"] is not None:
+        results[f"  x{args.host_devices} devices"] = ours["host_mesh_seconds"]
     notes = []
     if not args.skip_transformers:
         results["transformers"] = bench_transformers(args, prompts, ours["weights"], args.threads)
@@ -351,9 +373,15 @@ def main():
     print(f"shape: {args.preset}, {args.prompts} prompts x G={args.group} x {args.prompt_len}-token prompts x "
           f"{args.new_tokens} new tokens, temperature 1, no EOS, {args.dtype}, {args.threads} threads; "
           f"greso_jax with {chunks} response-cache chunk{'s' * (chunks > 1)}")
-    print(f"{'sampler':<14}{'seconds':>10}{'tokens/s':>12}{'greso_jax speed-up':>20}")
+    fastest = min(s for name, s in results.items() if name == "greso_jax" or name.startswith("  "))
+    print(f"{'sampler':<16}{'seconds':>10}{'tokens/s':>12}{'vs greso_jax':>14}{'vs its fastest':>16}")
     for name, seconds in results.items():
-        print(f"{name:<14}{seconds:>10.2f}{tokens / seconds:>12.0f}{seconds / ours['seconds']:>19.2f}x")
+        print(f"{name:<16}{seconds:>10.2f}{tokens / seconds:>12.0f}{seconds / ours['seconds']:>13.2f}x"
+              f"{seconds / fastest:>15.2f}x")
+    if ours["host_mesh_seconds"] is not None:
+        print(f"x{args.host_devices} devices: the same call with the host's cores as {args.host_devices} XLA CPU "
+              f"devices (--host_devices), the prompts' groups data-parallel over them; the other rows run on one "
+              f"device")
     print(f"greso_jax first call (compile + run): {ours['compile_s']:.1f} s")
     print(f"prefill with prefix sharing ({args.prompts} rows): {ours['prefill_shared_s'] * 1e3:.1f} ms; "
           f"without ({args.prompts * args.group} rows): {ours['prefill_per_row_s'] * 1e3:.1f} ms "
