@@ -2,7 +2,8 @@
 equal accuracy (responses, tokens and time to reach a target), with each selector's skip precision.
 
   python experiments/bench/compare_strategies.py --seeds 0,1,2 --root runs/compare \
-      [--config experiments/arith_headline.py] [--strategies vanilla,ds_fixed,...] [--report_dir DIR] [--config.x=y ...]
+      [--config experiments/arith_headline.py:unseen] [--strategies vanilla,ds_fixed,...] [--report_dir DIR]
+      [--config.x=y ...]
 
 Each run is `python -m greso_jax.train --config CONFIG:STRATEGY --config.seed=S --workdir
 ROOT/VARIANT/seedS` with the same config for all (extra --config.* flags go to every run; the
@@ -219,7 +220,7 @@ def simulate(runs: dict[str, dict[int, list[dict]]], config: dict) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--config", default="experiments/arith_headline.py")
+    parser.add_argument("--config", default="experiments/arith_headline.py:unseen", help="the headline task by default")
     parser.add_argument("--strategies", default=",".join(default_variants()))
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--root", required=True, help="folder of the runs")

@@ -348,7 +348,8 @@ def main() -> None:
           "| final p_easy | final p_hard |")
     print("|---:|---:|---:|---:|---|---:|---:|")
     for delta_p in DELTA_P_SWEEP:
-        r = results["greso"] if delta_p == 0.01 else run_strategy("greso", settings, delta_p=delta_p)
+        default = delta_p == default_settings("greso")["delta_p"]  # the GRESO row above already ran it
+        r = results["greso"] if default else run_strategy("greso", settings, delta_p=delta_p)
         print(f"| {delta_p} | {r['responses']:.0f} | {r['mean_effective_batch']:.2f} | "
               f"{r['responses_per_effective']:.2f} | {r['p_easy_epoch_1']:.3f}, {r['p_hard_epoch_1']:.3f} | "
               f"{r['p_easy']:.3f} | {r['p_hard']:.3f} |")
