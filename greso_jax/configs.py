@@ -65,6 +65,9 @@ def get_config() -> ml_collections.ConfigDict:
     # ("" = $GRESO_DATA, else the cache `python -m greso_jax.data.fetch` fills)
     c.data.dataset = ""
     c.data.data_dir = ""
+    # a parquet / jsonl record field (dotted path) whose values group prompts into levels, for
+    # strategies that use them (the posterior's level priors); "": none. The arith pools have levels.
+    c.data.level_field = ""
 
     c.sampling = ml_collections.ConfigDict()
     c.sampling.max_new_tokens = 32
@@ -173,6 +176,12 @@ def _positive_ints(value) -> str | None:
     return None
 
 
+def _level_field(value) -> str | None:
+    if value and not all(part.strip() == part and part for part in value.split(".")):
+        return f"must be a dotted path of record fields (e.g. 'type' or 'extra_info.level'), got {value!r}"
+    return None
+
+
 def _mesh_axis(value) -> str | None:
     return None if value == -1 or value >= 1 else "must be >= 1, or -1 to fill"
 
@@ -205,6 +214,7 @@ FIELD_SPECS: dict[str, Spec] = {
     "data.grading_workers": Spec(INT, 0),
     "data.dataset": Spec(STR, check=_dataset_name),
     "data.data_dir": Spec(STR),
+    "data.level_field": Spec(STR, check=_level_field),
     "sampling.max_new_tokens": Spec(INT, 1),
     "sampling.temperature": Spec(FLOAT, 0),
     "sampling.top_p": Spec(FLOAT, 0, 1, low_open=True),
@@ -310,6 +320,8 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         raise ConfigError(f"rl.micro_batch_size: {rl.micro_batch_size} must divide the responses of a "
                           f"mini-batch ({rl.mini_batch_size} x {rl.group_size})")
     validate_warmstart_fields(train, data)
+    if data.level_field and data.source == "arith":
+        raise ConfigError("data.level_field: the arith source's prompts carry their own levels; leave it empty")
     if data.source in ("parquet", "jsonl") and data.dataset:
         _check_dataset(data)
     elif data.source in ("parquet", "jsonl"):

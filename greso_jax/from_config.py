@@ -87,7 +87,7 @@ def rows_from_config(config) -> tuple[PromptRows, dict[str, PromptRows]]:
     arith = {"arith_num_train": d.arith_num_train, "arith_num_heldout": d.arith_num_heldout,
              "arith_seed": d.arith_seed, "arith_level_weights": tuple(d.arith_level_weights)}
     path = catalog.training_file(d.dataset, d.data_dir) if d.dataset else d.path
-    train = load_source(source=d.source, path=path, skip_bad_rows=d.skip_bad_rows, **arith)
+    train = load_source(source=d.source, path=path, skip_bad_rows=d.skip_bad_rows, level_field=d.level_field, **arith)
     benchmarks = [b for b in config.eval.benchmarks
                   if b != "synthetic" or (d.source == "arith" and d.arith_num_heldout)]
     return train, load_eval_sets(benchmarks, data_dir=config.eval.data_dir, max_problems=config.eval.max_problems,

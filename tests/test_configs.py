@@ -119,3 +119,13 @@ def test_cross_field_checks_name_the_field(tmp_path):
             _node(config, section)[name] = value
         with pytest.raises(ConfigError, match=rf"^{field.replace('.', r'[.]')}:"):
             validate(config)
+
+
+def test_a_level_field_is_a_dotted_path_and_only_for_files():
+    config = get_config()
+    config.data.level_field = "extra_info..level"
+    with pytest.raises(ConfigError, match="data.level_field: must be a dotted path"):
+        validate(config)
+    config.data.level_field = "level"
+    with pytest.raises(ConfigError, match="data.level_field: the arith source's prompts carry their own levels"):
+        validate(config)

@@ -151,3 +151,34 @@ def test_load_eval_sets_in_order_cut_and_named(shared_data, tmp_path):
     assert len(load_eval_sets(["amc23"], data_dir=shared_data)["amc23"]) == 40
     with pytest.raises(DataError, match=f"aime24 \\(data_dir {tmp_path}\\): .*not found; fetch it with"):
         load_eval_sets(["aime24"], data_dir=str(tmp_path))
+
+
+def test_a_level_field_numbers_the_rows_levels_in_sorted_order(shared_data, tmp_path):
+    minerva = load_jsonl(os.path.join(shared_data, "minerva_math", "test.jsonl"), level_field="type")
+    with open(os.path.join(shared_data, "minerva_math", "test.jsonl")) as f:
+        types = sorted({json.loads(line)["type"] for line in f if line.strip()})
+    assert sorted({r.difficulty for r in minerva}) == list(range(len(types))) and len(types) > 1
+    assert all(r.difficulty >= 0 for r in minerva)
+    lines = [json.dumps({"question": "q", "answer": "#### 1", **extra})
+             for extra in ({"meta": {"level": 10}}, {"meta": {"level": 9}}, {}, {"meta": {"level": "hard"}})]
+    rows = load_jsonl(write_lines(tmp_path, "gsm8k", lines), level_field="meta.level")
+    assert [r.difficulty for r in rows] == [1, 0, -1, 2]  # numbers in numeric order, then strings; none: -1
+    assert all(r.difficulty == -1 for r in load_jsonl(write_lines(tmp_path, "gsm8k", lines)))
+    bad = write_lines(tmp_path, "gsm8k", [lines[0], json.dumps({"question": "q", "answer": "#### 1", "meta": {
+        "level": [1]}})])
+    with pytest.raises(DataError, match=r":2: level field 'meta.level' must hold a string or a finite number"):
+        load_jsonl(bad, level_field="meta.level")
+
+
+def test_a_parquet_mixture_gets_one_level_per_data_source(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from greso_jax.from_config import prompt_levels
+
+    row = lambda source: {"prompt": [{"role": "user", "content": "q"}], "data_source": source,  # noqa: E731
+                          "reward_model": {"ground_truth": "3", "style": "rule"}}
+    path = str(tmp_path / "train.parquet")
+    pq.write_table(pa.Table.from_pylist([row("math"), row("aime"), row("math")]), path)
+    rows = load_source(source="parquet", path=path, level_field="data_source")
+    assert list(prompt_levels(rows)) == [1, 0, 1]  # the levels the posterior's level priors read

@@ -4,6 +4,11 @@ arithmetic; all become lists of `PromptRow` with dense integer prompt ids.
 Prompt ids are row positions (0 … N−1 after bad rows are skipped) in file order, so they are
 stable across epochs and restarts as long as the file and `skip_bad_rows` stay the same;
 the selectors index their per-prompt history arrays by them.
+
+A file's rows can carry a level (`PromptRow.difficulty`, which the arithmetic pools set): the
+values of a `level_field` (a dotted path into the record, e.g. "type", "data_source" or
+"extra_info.level"), numbered in sorted order of the distinct values (numbers before strings),
+-1 where a row has none. Selectors that use levels (the posterior's level priors) group prompts by it.
 """
 
 from __future__ import annotations
@@ -98,6 +103,37 @@ def _gaokao_row(record: dict) -> tuple[str, str]:
     return question, gold_answer(_answer_text(answer, "answer"))
 
 
+def _field_value(record: dict, path: str) -> Any:
+    """The value at a dotted path of a record (None where a part is missing)."""
+    value: Any = record
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def _level_key(record: dict, level_field: str):
+    """The record's level as a sort key (numbers in numeric order, then strings); None: no level."""
+    if not level_field:
+        return None
+    value = _field_value(record, level_field)
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)) or (
+            isinstance(value, float) and not math.isfinite(value)):
+        raise ValueError(f"level field {level_field!r} must hold a string or a finite number, got {value!r:.80}")
+    return (1, value) if isinstance(value, str) else (0, float(value))
+
+
+def _number_levels(rows: PromptRows, keys: list) -> PromptRows:
+    """Sets each row's difficulty to the rank of its level key among the distinct keys (-1: none)."""
+    rank = {key: i for i, key in enumerate(sorted({k for k in keys if k is not None}))}
+    for row, key in zip(rows, keys):
+        row.difficulty = rank.get(key, -1)
+    return rows
+
+
 def _reader(question_fields: tuple[str, ...], read_gold: Callable[[dict], str]):
     def read(record: dict) -> tuple[str, str]:
         field, question = _first_field(record, question_fields)
@@ -139,15 +175,17 @@ def _check_not_empty(rows: PromptRows, path: str) -> PromptRows:
     return rows
 
 
-def load_jsonl(path: str, *, format: str | None = None, skip_bad_rows: bool = False) -> PromptRows:
-    """Rows of a jsonl benchmark/training file; `format` defaults to the folder's name."""
+def load_jsonl(path: str, *, format: str | None = None, skip_bad_rows: bool = False,
+               level_field: str = "") -> PromptRows:
+    """Rows of a jsonl benchmark/training file; `format` defaults to the folder's name; levels from
+    `level_field` (module docstring)."""
     format = format or detect_format(path)
     if format not in _JSONL_READERS:
         raise DataError(f"{path}: unknown jsonl format {format!r} (one of {', '.join(_JSONL_READERS)})")
     if not os.path.exists(path):
         raise DataError(f"{path}: no such file")
     read_row = _JSONL_READERS[format]
-    rows, first_bad = PromptRows(path=path), ""
+    rows, first_bad, levels = PromptRows(path=path), "", []
     with open(path, "rb") as f:  # decoded line by line: a non-UTF-8 line is a bad row like any other
         for line_number, raw in enumerate(f, start=1):
             if not raw.strip():
@@ -160,6 +198,7 @@ def load_jsonl(path: str, *, format: str | None = None, skip_bad_rows: bool = Fa
                 row = PromptRow(prompt_id=len(rows), question=question, ground_truth=gold, data_source=format)
                 if not row.ground_truth.strip():
                     raise ValueError("the gold answer is empty")
+                level = _level_key(record, level_field)
             except ValueError as e:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
                 if not skip_bad_rows:
                     raise DataError(f"{path}:{line_number}: {e}") from None
@@ -167,8 +206,9 @@ def load_jsonl(path: str, *, format: str | None = None, skip_bad_rows: bool = Fa
                 first_bad = first_bad or f"line {line_number}: {e}"
                 continue
             rows.append(row)
+            levels.append(level)
     _report_skipped(rows, path, first_bad)
-    return _check_not_empty(rows, path)
+    return _number_levels(_check_not_empty(rows, path), levels)
 
 
 def _parquet_row(record: dict, prompt_id: int) -> PromptRow:
@@ -191,8 +231,9 @@ def _parquet_row(record: dict, prompt_id: int) -> PromptRow:
                      messages=[{"role": m["role"], "content": m["content"]} for m in messages])
 
 
-def load_verl_parquet(path: str, *, skip_bad_rows: bool = False) -> PromptRows:
-    """Rows of a verl-format parquet: `prompt` (chat list), `reward_model.ground_truth`, `data_source`."""
+def load_verl_parquet(path: str, *, skip_bad_rows: bool = False, level_field: str = "") -> PromptRows:
+    """Rows of a verl-format parquet: `prompt` (chat list), `reward_model.ground_truth`, `data_source`;
+    levels from `level_field` (module docstring)."""
     import pyarrow.parquet as pq
 
     if not os.path.exists(path):
@@ -201,17 +242,19 @@ def load_verl_parquet(path: str, *, skip_bad_rows: bool = False) -> PromptRows:
         table = pq.read_table(path)
     except Exception as e:  # pyarrow raises several unrelated types for a corrupt file
         raise DataError(f"{path}: not a readable parquet file: {e}") from None
-    rows, first_bad = PromptRows(path=path), ""
+    rows, first_bad, levels = PromptRows(path=path), "", []
     for row_number, record in enumerate(table.to_pylist(), start=1):
         try:
-            rows.append(_parquet_row(record, len(rows)))
+            row, level = _parquet_row(record, len(rows)), _level_key(record, level_field)
+            rows.append(row)
+            levels.append(level)
         except ValueError as e:
             if not skip_bad_rows:
                 raise DataError(f"{path}: row {row_number}: {e}") from None
             rows.num_bad_rows += 1
             first_bad = first_bad or f"row {row_number}: {e}"
     _report_skipped(rows, path, first_bad)
-    return _check_not_empty(rows, path)
+    return _number_levels(_check_not_empty(rows, path), levels)
 
 
 def load_benchmark(name: str, data_dir: str, *, arith_num_heldout: int = 600, arith_seed: int = 1234,
@@ -255,15 +298,16 @@ SOURCES = ("arith", "parquet", "jsonl")
 
 def load_source(*, source: str, path: str = "", skip_bad_rows: bool = False, arith_num_train: int = 3000,
                 arith_num_heldout: int = 600, arith_seed: int = 1234,
-                arith_level_weights: Sequence[float] = ()) -> PromptRows:
+                arith_level_weights: Sequence[float] = (), level_field: str = "") -> PromptRows:
     """The training prompts: the arithmetic training pool of the given generator settings
-    (source "arith"), or the verl parquet / jsonl file at `path`."""
+    (source "arith", whose rows carry their levels), or the verl parquet / jsonl file at `path`
+    (levels from `level_field`, if given)."""
     if source == "arith":
         train, _ = arith.make_arith_pools(arith_num_train, arith_num_heldout, arith_seed,
                                           arith.level_weights(arith_level_weights))
         return _check_not_empty(PromptRows(train, path="arith"), "arith")
     if source == "parquet":
-        return load_verl_parquet(path, skip_bad_rows=skip_bad_rows)
+        return load_verl_parquet(path, skip_bad_rows=skip_bad_rows, level_field=level_field)
     if source == "jsonl":
-        return load_jsonl(path, skip_bad_rows=skip_bad_rows)
+        return load_jsonl(path, skip_bad_rows=skip_bad_rows, level_field=level_field)
     raise DataError(f"source: unknown prompt source {source!r} (one of {', '.join(SOURCES)})")

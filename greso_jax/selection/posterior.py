@@ -24,7 +24,8 @@ Choices (docs/design.md, "Posterior"):
   0.786 after, with step_decay). Until `_MIN_PRIOR_PROMPTS` prompts have evidence, and with
   fit_prior off, Beta(prior_alpha, prior_beta).
 - Level priors (`level_prior`): when the data labels prompts with a level (the arithmetic pools'
-  difficulty; `prompt_levels`, -1 for none), each level with `_MIN_PRIOR_PROMPTS` prompts seen gets
+  difficulty, or a file's `data.level_field` values such as its data source or subject;
+  `prompt_levels`, -1 for none), each level with `_MIN_PRIOR_PROMPTS` prompts seen gets
   its own prior, fitted to its own prompts' evidence, and its prompts use it instead of the
   population's: a prompt of a level the policy has mastered is predicted all-correct before its
   first rollout, and one with evidence is shrunk toward its level rather than toward the pool.
