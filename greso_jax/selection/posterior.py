@@ -93,8 +93,8 @@ _MIN_PRIOR_PROMPTS = 32  # prompts with evidence before a fitted prior replaces 
 class PosteriorSettings(StrategySettings):
     """`selection.posterior.*`: the posterior, the skip rule, its threshold and pass sizing."""
 
-    fit_prior: bool = field(True, Spec(BOOL), "fit the Beta prior to the success rates of the groups rolled out "
-                            "so far (empirical Bayes); False: Beta(prior_alpha, prior_beta)")
+    fit_prior: bool = field(True, Spec(BOOL), "fit the Beta prior to the pool: the success fractions of every "
+                            "prompt with evidence, each once (empirical Bayes); False: Beta(prior_alpha, prior_beta)")
     prior_alpha: float = field(1.0, Spec(FLOAT, 0, low_open=True), "Beta prior pseudo-count of correct responses "
                                "(before the fit, or without it)")
     prior_beta: float = field(1.0, Spec(FLOAT, 0, low_open=True), "Beta prior pseudo-count of incorrect responses")
@@ -111,7 +111,8 @@ class PosteriorSettings(StrategySettings):
     min_keep_share: float = field(0.2, _UNIT, "the threshold in force keeps at least this share of the pool "
                                   "(a floor on its predicted chances' quantile); 0: no floor")
     level_prior: bool = field(True, Spec(BOOL), "prompts whose data gives a level (the arithmetic pools' "
-                              "difficulty) use a prior fitted to their level's groups once it has enough")
+                              "difficulty, data.level_field) use a prior fitted to their level's prompts once "
+                              "it has enough")
     pass_margin: float = field(1.05, Spec(FLOAT, 1), "over-provisioning of a pass over its predicted need")
     max_pass_factor: float = field(4.0, Spec(FLOAT, 1), "largest pass, in multiples of train_batch_size")
 
