@@ -5,15 +5,16 @@
 
 Each run is `python -m greso_jax.train --config CONFIG --config.selection.greso.delta_p=V
 --workdir ROOT/dp_V` (extra --config.* flags are passed to every run), launched one after the
-other and sharing one supervised warm start (train.warmstart_cache_dir = ROOT/warmstart); a finished run (its summary.json exists) is not launched again, an interrupted one
-resumes from its checkpoint. `--print_only` prints the commands instead (to launch them on a
+other and sharing one supervised warm start (train.warmstart_cache_dir = ROOT/warmstart); a
+finished run (its summary.json exists) is not launched again, an interrupted one resumes from its
+checkpoint. `--print_only` prints the commands instead (to launch them on a
 cluster); `--collect_only` only reads the finished runs. The results go to ROOT:
 ablation.txt (table), ablation.json and accuracy_vs_rollouts.png. `--knob` sweeps another field
 the same way, e.g. the posterior selector's main knob, the zero-variance ratio its threshold is
 tuned toward: `--knob selection.posterior.target_zero_variance`. The table's first column is then
 named after the field, and the two per-step values a strategy logs as selection/p_easy and
-selection/p_hard are named after what they are for it (the posterior: its threshold and its
-calibration).
+selection/p_hard are named after what they are for the knob's strategy (the posterior: its
+threshold and its calibration), or left out for a strategy that logs no such pair.
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ from greso_jax.metrics import format_table, read_lines  # noqa: E402
 TABLE_COLUMNS = ["delta_p", "steps", "accuracy_before", "accuracy_final", "responses_generated",
                  "prompts_skipped", "mean_effective_batch", "p_easy_epoch_1", "p_hard_epoch_1", "final_p_easy",
                  "final_p_hard"]
-# What each strategy logs as selection/p_easy and selection/p_hard (GRESO's names are the default).
-LOGGED_PAIR = {"posterior": ("threshold", "calibration"), "known_rate": ("threshold", "calibration")}
+# What each strategy logs as selection/p_easy and selection/p_hard; the others log no such pair.
+LOGGED_PAIR = {"greso": ("p_easy", "p_hard"), "posterior": ("threshold", "calibration")}
+_PAIR_COLUMNS = ("p_easy_epoch_1", "p_hard_epoch_1", "final_p_easy", "final_p_hard")
 
 
 def run_name(value: float) -> str:
@@ -122,15 +124,20 @@ def summarize_run(records: Sequence[dict], delta_p: float) -> dict:
 
 
 def relabel(row: dict, knob: str) -> dict:
-    """A table row with its columns named for `knob` (selection.<strategy>.<field>): the swept value
-    under the field's name, the logged pair under the strategy's names for it."""
-    parts = knob.split(".")
-    if knob == DEFAULT_KNOB or len(parts) < 3:
+    """A table row with its columns named for `knob`: the swept value under the field's name (the
+    whole path where the name is another column's), and for a knob of selection.<strategy>.* the
+    pair that strategy logs as p_easy / p_hard under its names for it, or no pair if it logs none."""
+    if knob == DEFAULT_KNOB:
         return row
-    easy, hard = LOGGED_PAIR.get(parts[1], ("p_easy", "p_hard"))
-    names = {"delta_p": parts[-1], "p_easy_epoch_1": f"{easy}_epoch_1", "p_hard_epoch_1": f"{hard}_epoch_1",
-             "final_p_easy": f"final_{easy}", "final_p_hard": f"final_{hard}"}
-    return {names.get(k, k): v for k, v in row.items()}
+    parts = knob.split(".")
+    value_name = knob if parts[-1] in TABLE_COLUMNS else parts[-1]
+    pair = LOGGED_PAIR.get(parts[1]) if len(parts) == 3 and parts[0] == "selection" else None
+    names = {"delta_p": value_name}
+    if pair:
+        easy, hard = pair
+        names.update({"p_easy_epoch_1": f"{easy}_epoch_1", "p_hard_epoch_1": f"{hard}_epoch_1",
+                      "final_p_easy": f"final_{easy}", "final_p_hard": f"final_{hard}"})
+    return {names.get(k, k): v for k, v in row.items() if pair or k not in _PAIR_COLUMNS}
 
 
 def collect(root: str, values: Sequence[float], log=print) -> dict[float, list[dict]]:

@@ -52,7 +52,7 @@ held-out 0.350 / 0.427 at step 0): vanilla 76% / 67% zero variance, consistency 
 ds_fixed +2.2 / +7.6 points, vanilla -0.3 / +3.0. Its rollouts run at temperature 0.9 (evaluation stays at
 1.0), chosen on 2026-12-01 from vanilla and ds_fixed runs of the three seeds (150 steps), before any
 other strategy ran at it: at 1.0 pooled consistency 0.845 / 0.828 / 0.812 and ds_fixed +1.0 / +7.5 /
-+15.2 points (mean +7.9, goal 8); at 0.9 0.856 / 0.837 / 0.820 and +1.3 / +7.5 / +16.1 (mean +8.3),
++15.2 points (mean +7.9, goal 8); at 0.9 0.856 / 0.837 / 0.820 and +1.3 / +7.5 / +16.2 (mean +8.3),
 zero variance 73-80% either way. Reports before that date ran `unseen` at 1.0
 (`--config.sampling.temperature=1.0` reproduces them). With seeds 3 and 4 (run later, with the
 strategy comparison, at the same settings) the five-seed figures miss both bands narrowly: vanilla's

@@ -135,3 +135,7 @@ def test_another_knob_is_swept_and_reported_under_its_own_names(tmp_path):
     assert row["target_zero_variance"] == 0.08 and "delta_p" not in row
     assert row["final_threshold"] == pytest.approx(0.46) and row["final_calibration"] == pytest.approx(0.54)
     assert table.split("\n")[0].split()[:2] == ["target_zero_variance", "steps"] and "p_easy" not in table
+    _, (row,) = ablation.write_report(str(tmp_path), runs, "selection.mopps.decay")  # MoPPS logs no such pair
+    assert row["decay"] == 0.08 and not any("p_easy" in k or "threshold" in k for k in row)
+    _, (row,) = ablation.write_report(str(tmp_path), runs, "rl.steps")  # named like another column
+    assert row["rl.steps"] == 0.08 and row["steps"] == 4

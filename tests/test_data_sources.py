@@ -153,12 +153,15 @@ def test_load_eval_sets_in_order_cut_and_named(shared_data, tmp_path):
         load_eval_sets(["aime24"], data_dir=str(tmp_path))
 
 
-def test_a_level_field_numbers_the_rows_levels_in_sorted_order(shared_data, tmp_path):
+def test_minerva_math_gets_one_level_per_problem_type(shared_data):
     minerva = load_jsonl(os.path.join(shared_data, "minerva_math", "test.jsonl"), level_field="type")
     with open(os.path.join(shared_data, "minerva_math", "test.jsonl")) as f:
         types = sorted({json.loads(line)["type"] for line in f if line.strip()})
     assert sorted({r.difficulty for r in minerva}) == list(range(len(types))) and len(types) > 1
     assert all(r.difficulty >= 0 for r in minerva)
+
+
+def test_a_level_field_numbers_the_rows_levels_in_sorted_order(tmp_path):
     lines = [json.dumps({"question": "q", "answer": "#### 1", **extra})
              for extra in ({"meta": {"level": 10}}, {"meta": {"level": 9}}, {}, {"meta": {"level": "hard"}})]
     rows = load_jsonl(write_lines(tmp_path, "gsm8k", lines), level_field="meta.level")
@@ -166,8 +169,10 @@ def test_a_level_field_numbers_the_rows_levels_in_sorted_order(shared_data, tmp_
     assert all(r.difficulty == -1 for r in load_jsonl(write_lines(tmp_path, "gsm8k", lines)))
     bad = write_lines(tmp_path, "gsm8k", [lines[0], json.dumps({"question": "q", "answer": "#### 1", "meta": {
         "level": [1]}})])
-    with pytest.raises(DataError, match=r":2: level field 'meta.level' must hold a string or a finite number"):
+    with pytest.raises(DataError, match=r":2: data.level_field 'meta.level' must hold a string or a finite number"):
         load_jsonl(bad, level_field="meta.level")
+    with pytest.raises(DataError, match=r"no row has the field data.level_field='meta.levle'"):
+        load_jsonl(write_lines(tmp_path, "gsm8k", lines), level_field="meta.levle")
 
 
 def test_a_parquet_mixture_gets_one_level_per_data_source(tmp_path):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from greso_jax import configs
-from greso_jax.selection import MoppsSelector, make_selector, mopps
+from greso_jax.selection import OUTCOME_NONE, MoppsSelector, make_selector, mopps
 from greso_jax.specs import ConfigError
 
 
@@ -105,8 +105,9 @@ def test_skipped_prompts_are_easy_or_hard_by_posterior_mean():
     s = MoppsSelector(5)
     s.observe_counts([0, 1, 2], [7, 1, 4], [8, 8, 8])
     s.begin_step(0)
-    s.record_skipped([0, 1, 2, 3, 0])  # 3: never rolled out, mean exactly 1/2 -> hard
-    assert (s.step_skipped_easy, s.step_skipped_hard) == (2, 3)
+    s.record_skipped([0, 1, 2, 3, 0])  # 2: mean exactly 1/2 -> hard; 3: never rolled out -> neither
+    assert (s.step_skipped_easy, s.step_skipped_hard) == (2, 2)
+    assert s.skip_kinds([3])[0] == OUTCOME_NONE
 
 
 def test_state_round_trip_restores_posteriors_and_decisions():

@@ -18,8 +18,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 import trainer_config  # noqa: E402
 
 
-def _run(tmp_path, name, fraction):
-    config = trainer_config.get_config("greso")  # untrained policy: every group all-incorrect (hard)
+def _run(tmp_path, name, fraction, strategy="greso"):
+    config = trainer_config.get_config(strategy)  # untrained policy: every group all-incorrect (hard)
     config.train.num_steps = 6
     config.checkpoint.every_steps = 0
     config.eval.skip_audit_fraction = fraction
@@ -38,9 +38,23 @@ def test_audit_rolls_out_every_skip_at_fraction_one_and_changes_nothing_else(tmp
     same, zero_variance = (sum(r[f"audit/hard_{k}"] for r in audited) for k in ("same_outcome", "zero_variance"))
     assert 0.9 * skipped_hard <= same <= zero_variance <= skipped_hard
     assert sum(r["audit/responses"] for r in audited) == 4 * skipped_hard  # G = 4
+    assert sum(r["audit/other_skips"] for r in audited) == 0
     assert all("audit/responses" not in r for r in plain)
     training = lambda r: {k: v for k, v in r.items() if not k.startswith(("time/", "perf/", "audit/"))}  # noqa: E731
     assert [training(r) for r in audited] == [training(r) for r in plain]
+
+
+@pytest.mark.slow  # one 6-step run (~30 s)
+def test_the_posteriors_audited_skips_are_all_counted_as_it_counted_them(tmp_path):
+    """The posterior skips prompts whose last group was mixed, or that it never rolled out, on its
+    prediction; at fraction 1 the audit rolls out every skip and sorts each as the selector did."""
+    audited = _run(tmp_path, "posterior", 1.0, strategy="posterior")
+    skipped = {kind: sum(r[f"selection/skipped_{kind}"] for r in audited) for kind in ("easy", "hard")}
+    assert skipped["hard"] > 0, "the run must reach a step where the posterior skips"
+    for kind in ("easy", "hard"):
+        assert sum(r[f"audit/{kind}_skips"] for r in audited) == skipped[kind]
+    assert sum(r["audit/other_skips"] for r in audited) == 0
+    assert sum(r["audit/responses"] for r in audited) == 4 * (skipped["easy"] + skipped["hard"])
 
 
 def test_audit_fraction_is_checked():
@@ -84,7 +98,9 @@ def test_skip_kinds_give_every_skipping_strategys_skips_a_direction(strategy):
     assert kinds.dtype == np.int8 and kinds[0] == OUTCOME_ALL_CORRECT and kinds[1] == OUTCOME_ALL_INCORRECT
     if strategy == "greso":  # a streak is what GRESO skips on: a mixed or unseen prompt has none
         assert (kinds[2:] == OUTCOME_NONE).all()
-    else:
+    elif strategy == "mopps":  # by the posterior mean where there is evidence; an unseen prompt: no prediction
+        assert kinds[2] == OUTCOME_ALL_INCORRECT and kinds[3] == OUTCOME_NONE
+    else:  # the posterior predicts every prompt, an unseen one from its prior
         assert np.isin(kinds[2:], (OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT)).all()
     selector.record_skipped(np.array([0, 1, 2, 5]))
     assert selector.step_skipped_easy + selector.step_skipped_hard == int(np.isin(

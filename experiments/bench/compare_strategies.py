@@ -125,6 +125,12 @@ def _mean_std(values: Sequence[float]) -> tuple[float, float]:
     return float(np.mean(values)), float(np.std(values))
 
 
+def _ratio(theirs, mine) -> float | None:
+    """theirs / mine where both are finite and positive; None otherwise (a cost that was never reached)."""
+    ok = all(v is not None and math.isfinite(v) and v > 0 for v in (theirs, mine))
+    return theirs / mine if ok else None
+
+
 def compare(runs: dict[str, dict[int, list[dict]]]) -> dict:
     """Per-strategy means over seeds, the target, costs to the target and speedups vs both DS."""
     if BASELINE not in runs:
@@ -164,12 +170,11 @@ def compare(runs: dict[str, dict[int, list[dict]]]) -> dict:
     for variant, row in table.items():
         for base in (BASELINE, ADAPTIVE_DS):
             for key in ("responses", "rollout_s", "total_s"):
-                theirs = table.get(base, {}).get(key)
-                row[f"whole_{key}_vs_{base}"] = theirs / row[key] if row[key] and theirs else None
+                row[f"whole_{key}_vs_{base}"] = _ratio(table.get(base, {}).get(key), row[key])
                 for kind in ("to_target", "to_seed_target"):
-                    mine, theirs = row[f"{kind}_{key}"], table.get(base, {}).get(f"{kind}_{key}")
                     suffix = "" if kind == "to_target" else "_per_seed"
-                    row[f"speedup_{key}_vs_{base}{suffix}"] = theirs / mine if mine and theirs else None
+                    row[f"speedup_{key}_vs_{base}{suffix}"] = _ratio(table.get(base, {}).get(f"{kind}_{key}"),
+                                                                     row[f"{kind}_{key}"])
     return {"target_accuracy": target, "baseline_final_accuracy": baseline_final, "strategies": table,
             "per_run": {v: {str(s): st for s, st in seeds.items()} for v, seeds in per_run.items()}}
 

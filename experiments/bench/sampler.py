@@ -121,15 +121,15 @@ def bench_greso(args, prompts, cfg_name):
     compile_s = time.perf_counter() - start
     seconds = _best_time(lambda: generate(model, prompts, rng=jax.random.key(1), **kwargs), args.repeats)
     assert (out.lengths == args.new_tokens).all() and compile_count() >= 1
-    host_mesh_seconds = None
-    if jax.default_backend() == "cpu" and jax.device_count() > 1:  # the host's cores as data-parallel devices
+    host_mesh = None  # the host's cores as data-parallel devices: (devices, seconds, rows changed)
+    if args.host_devices > 1 and jax.default_backend() == "cpu" and jax.device_count() > 1:
         from greso_jax.parallel.sharding import make_mesh
 
         mesh_kwargs = dict(kwargs, mesh=make_mesh(data=jax.device_count()))
         sharded = generate(model, prompts, rng=jax.random.key(0), **mesh_kwargs)
-        assert (sharded.lengths == args.new_tokens).all()
-        host_mesh_seconds = _best_time(lambda: generate(model, prompts, rng=jax.random.key(1), **mesh_kwargs),
-                                       args.repeats)
+        changed = int((sharded.tokens != out.tokens).any(axis=1).sum())  # float rounding of other shapes
+        host_mesh = (jax.device_count(), _best_time(
+            lambda: generate(model, prompts, rng=jax.random.key(1), **mesh_kwargs), args.repeats), changed)
     other_seconds = {}  # the same call with another response-cache chunk count, side by side
     for other in other_chunks:
         other_kwargs = dict(kwargs, response_chunks=other)
@@ -189,7 +189,7 @@ def bench_greso(args, prompts, cfg_name):
     folder = os.path.join(args.workdir, "bench-weights")
     save_pretrained(model, folder)
     param_bytes = sum(x.nbytes for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
-    return dict(seconds=seconds, other_seconds=other_seconds, host_mesh_seconds=host_mesh_seconds,
+    return dict(seconds=seconds, other_seconds=other_seconds, host_mesh=host_mesh,
                 compile_s=compile_s, prefill_shared_s=shared,
                 prefill_per_row_s=per_row,
                 kv_cache_bytes=out.kv_cache_bytes, weights=folder, cfg=model.cfg, param_bytes=param_bytes,
@@ -321,9 +321,9 @@ def main():
     parser.add_argument("--response_chunks", type=int, nargs="+", default=[4, 1],
                         help="response-cache chunks of greso_jax's calls; values after the first are timed "
                              "beside it on the no-EOS call")
-    parser.add_argument("--host_devices", type=int, default=os.cpu_count(),
+    parser.add_argument("--host_devices", type=int, default=0,
                         help="on CPU, also time greso_jax with the host split into this many XLA devices, the "
-                             "rows data-parallel over them (1: only the single-device call)")
+                             "prompts data-parallel over them (0: the most cores that divide --prompts; 1: off)")
     parser.add_argument("--tunix_python", default="/tmp/venv-peers/bin/python")
     parser.add_argument("--skip_transformers", action="store_true")
     parser.add_argument("--workdir", default=tempfile.mkdtemp(prefix="bench-sampler-"))
@@ -338,6 +338,9 @@ def main():
     import jax
     import numpy as np
 
+    # More devices than divide the prompts would time padding rows.
+    cores = os.cpu_count() or 1
+    args.host_devices = args.host_devices or max(d for d in range(1, cores + 1) if args.prompts % d == 0)
     if args.host_devices > 1:  # before JAX's CPU client starts; a GPU or TPU backend ignores it
         jax.config.update("jax_num_cpu_devices", args.host_devices)
 
@@ -350,8 +353,8 @@ def main():
     chunks = args.response_chunks[0]
     results = {"greso_jax": ours["seconds"]}
     results.update({f"  {n} chunk{'s' * (n > 1)}": s for n, s in ours["other_seconds"].items()})
-    if ours["host_mesh_seconds"] is not None:
-        results[f"  x{args.host_devices} devices"] = ours["host_mesh_seconds"]
+    if ours["host_mesh"] is not None:
+        results[f"  x{ours['host_mesh'][0]} devices"] = ours["host_mesh"][1]
     notes = []
     if not args.skip_transformers:
         results["transformers"] = bench_transformers(args, prompts, ours["weights"], args.threads)
@@ -378,10 +381,11 @@ def main():
     for name, seconds in results.items():
         print(f"{name:<16}{seconds:>10.2f}{tokens / seconds:>12.0f}{seconds / ours['seconds']:>13.2f}x"
               f"{seconds / fastest:>15.2f}x")
-    if ours["host_mesh_seconds"] is not None:
-        print(f"x{args.host_devices} devices: the same call with the host's cores as {args.host_devices} XLA CPU "
-              f"devices (--host_devices), the prompts' groups data-parallel over them; the other rows run on one "
-              f"device")
+    if ours["host_mesh"] is not None:
+        devices, _, changed = ours["host_mesh"]
+        print(f"x{devices} devices: the same call with the host's cores as {devices} XLA CPU devices "
+              f"(--host_devices), the prompts' groups data-parallel over them, {changed} of {rows} rows' tokens "
+              f"differing from the one-device call's (float rounding); the other rows run on one device")
     print(f"greso_jax first call (compile + run): {ours['compile_s']:.1f} s")
     print(f"prefill with prefix sharing ({args.prompts} rows): {ours['prefill_shared_s'] * 1e3:.1f} ms; "
           f"without ({args.prompts * args.group} rows): {ours['prefill_per_row_s'] * 1e3:.1f} ms "

@@ -24,6 +24,12 @@ def _cell(value, digits=3) -> str:
     return f"{value:.{digits}g}" if abs(value) < 1 else f"{value:,.{digits - 1}f}".rstrip("0").rstrip(".")
 
 
+def _ratio_cell(value) -> str:
+    """A ratio as "2.31x"; "—" where there is none (None, NaN)."""
+    text = _cell(value)
+    return text if text == "—" else text + "x"
+
+
 _SPEEDUPS = (("responses", BASELINE), ("responses", ADAPTIVE_DS), ("rollout_s", BASELINE), ("total_s", BASELINE),
              ("total_s", ADAPTIVE_DS))
 
@@ -37,7 +43,7 @@ def _target_table(rows: dict, title: str, reached: str, costs: str, speedups: st
         ratios = [r[f"speedup_{k}_vs_{b}{speedups}"] for k, b in _SPEEDUPS]
         lines.append("| " + " | ".join([name, r[reached]] + [_cell(r[f"{costs}{k}"]) for k in (
             "step", "responses", "tokens", "rollout_s", "update_s", "total_s")] + [
-            _cell(x) + ("x" if x else "") for x in ratios]) + " |")
+            _ratio_cell(x) for x in ratios]) + " |")
     return lines
 
 
@@ -78,7 +84,7 @@ def markdown_tables(result: dict) -> str:
                                         _cell(r["effective_prompts"]), _cell(r["surplus_groups"]),
                                         _cell(r["update_tokens"]), _cell(r["zero_variance_ratio"])]) + " |")
     lines += ["", "**Zero variance from one rollout of a prompt to its next** (P(again | now), pooled per run, "
-              "mean over seeds), and skip precision (the audited share of skips that were again zero-variance)", "",
+              "mean over seeds), and skip precision (the share of the audited skips whose group was zero-variance)", "",
               "| strategy | consistency easy | consistency hard | skips easy | skips hard | audited easy | "
               "audited hard | audited, no prediction | precision easy | precision hard | precision | "
               "audit responses (apart) | audit s (apart) |",
@@ -126,7 +132,7 @@ def whole_run_speedups(rows: dict) -> list[str]:
     for name, r in rows.items():
         ratios = [r.get(f"whole_{key}_vs_{base}") for key in ("responses", "rollout_s", "total_s") for base in bases]
         lines.append("| " + " | ".join([name, f"{r['accuracy_final'] - base_final:+.3f}"] +
-                                       [_cell(x) + ("x" if x else "") for x in ratios]) + " |")
+                                       [_ratio_cell(x) for x in ratios]) + " |")
     return lines
 
 
@@ -142,7 +148,8 @@ def limits_section(result: dict) -> str:
              f"a prompt zero-variance now is again at its next rollout with probability "
              f"{base['consistency_easy']:.3f} (all correct) / {base['consistency_hard']:.3f} (all incorrect).",
              f"- Its time: rollout {base['rollout_share']:.1%}, update "
-             f"{base['update_s'] / base['total_s']:.1%} of the total (compilation, evaluation and audit apart)."]
+             f"{base['update_s'] / base['total_s'] if base['total_s'] else math.nan:.1%} of the total "
+             "(compilation, evaluation and audit apart)."]
     if "simulator" in result:
         lines.append(f"- The oracle (skips exactly the groups that will be zero-variance) would need "
                      f"{result['simulator']['oracle_vs_ds_fixed']:.2f}x fewer responses than {BASELINE} "
@@ -158,7 +165,7 @@ def limits_section(result: dict) -> str:
                      f"{_cell(r['skip_precision_hard'])})")
         lines.append("| " + " | ".join([
             name, r["reached"], r["reached_per_seed"],
-            *[_cell(r.get(f"whole_{key}_vs_{BASELINE}")) + "x" for key in ("responses", "rollout_s")],
+            *[_ratio_cell(r.get(f"whole_{key}_vs_{BASELINE}")) for key in ("responses", "rollout_s")],
             f"{r['accuracy_final'] - base['accuracy_final']:+.3f}", precision, _cell(r["surplus_groups"])]) + " |")
     return "\n".join(lines)
 

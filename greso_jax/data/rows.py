@@ -13,7 +13,7 @@ class PromptRow:
     question: str
     ground_truth: str
     data_source: str
-    difficulty: int = -1  # synthetic tasks: the difficulty level; real data: -1
+    difficulty: int = -1  # the level: synthetic tasks' difficulty, a file's data.level_field rank; -1: none
     messages: list[dict] | None = None  # the chat prompt as stored (verl parquet)
 
 

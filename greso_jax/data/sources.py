@@ -122,13 +122,17 @@ def _level_key(record: dict, level_field: str):
         return None
     if isinstance(value, bool) or not isinstance(value, (str, int, float)) or (
             isinstance(value, float) and not math.isfinite(value)):
-        raise ValueError(f"level field {level_field!r} must hold a string or a finite number, got {value!r:.80}")
+        raise ValueError(f"data.level_field {level_field!r} must hold a string or a finite number, "
+                         f"got {value!r:.80}")
     return (1, value) if isinstance(value, str) else (0, float(value))
 
 
-def _number_levels(rows: PromptRows, keys: list) -> PromptRows:
+def _number_levels(rows: PromptRows, keys: list, level_field: str) -> PromptRows:
     """Sets each row's difficulty to the rank of its level key among the distinct keys (-1: none)."""
-    rank = {key: i for i, key in enumerate(sorted({k for k in keys if k is not None}))}
+    present = {k for k in keys if k is not None}
+    if level_field and not present:  # a misspelt path would switch the level priors off without a word
+        raise DataError(f"{rows.path}: no row has the field data.level_field={level_field!r}")
+    rank = {key: i for i, key in enumerate(sorted(present))}
     for row, key in zip(rows, keys):
         row.difficulty = rank.get(key, -1)
     return rows
@@ -208,7 +212,7 @@ def load_jsonl(path: str, *, format: str | None = None, skip_bad_rows: bool = Fa
             rows.append(row)
             levels.append(level)
     _report_skipped(rows, path, first_bad)
-    return _number_levels(_check_not_empty(rows, path), levels)
+    return _number_levels(_check_not_empty(rows, path), levels, level_field)
 
 
 def _parquet_row(record: dict, prompt_id: int) -> PromptRow:
@@ -254,7 +258,7 @@ def load_verl_parquet(path: str, *, skip_bad_rows: bool = False, level_field: st
             rows.num_bad_rows += 1
             first_bad = first_bad or f"row {row_number}: {e}"
     _report_skipped(rows, path, first_bad)
-    return _number_levels(_check_not_empty(rows, path), levels)
+    return _number_levels(_check_not_empty(rows, path), levels, level_field)
 
 
 def load_benchmark(name: str, data_dir: str, *, arith_num_heldout: int = 600, arith_seed: int = 1234,

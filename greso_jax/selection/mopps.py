@@ -47,8 +47,8 @@ from typing import Any
 import numpy as np
 from scipy import special
 
-from greso_jax.selection.base import (OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, PassConfig, StrategySettings,
-                                      check_prompt_ids)
+from greso_jax.selection.base import (OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_NONE, PassConfig,
+                                      StrategySettings, check_prompt_ids)
 from greso_jax.selection.dynamic_sampling import DynamicSamplingSelector
 from greso_jax.selection.registry import register_strategy
 from greso_jax.specs import FLOAT, Spec, field
@@ -143,8 +143,11 @@ class MoppsSelector(DynamicSamplingSelector):
         return metrics
 
     def _skip_kinds(self, ids: np.ndarray) -> np.ndarray:
+        # A prompt without evidence was skipped by the luck of its draw from the prior, not predicted
+        # either way; one with evidence counts on the side its posterior mean is.
         alpha, beta = self.posterior(ids)
-        return np.where(alpha / (alpha + beta) > 0.5, OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT)  # by the mean
+        kinds = np.where(alpha / (alpha + beta) > 0.5, OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT)
+        return np.where(self.successes[ids] + self.failures[ids] > 0, kinds, OUTCOME_NONE)
 
     def _update_history(self, ids, num_correct, num_samples, easy, hard) -> None:
         correct = num_correct.astype(np.float32)
