@@ -144,6 +144,7 @@ def compare(runs: dict[str, dict[int, list[dict]]]) -> dict:
         row = {"seeds": len(seeds)}
         for key in next(iter(stats.values())):
             row[key], row[f"{key}_std"] = _mean_std([s[key] for s in stats.values()])
+        row["accuracy_final_vs_ds_fixed"] = row["accuracy_final"] - baseline_final
         reached = {s: cost_to_target(r, target) for s, r in seeds.items()}
         hits = [c for c in reached.values() if c is not None]
         row["reached"] = f"{len(hits)}/{len(seeds)}"

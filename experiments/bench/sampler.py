@@ -7,9 +7,9 @@ prints prefill time with and without prefix sharing, the KV-cache bytes, the fra
 machine's matmul peak that the decode reaches and its roofline fraction
 (time bound max(FLOPs / matmul peak, bytes read / copy bandwidth) per decode step, both peaks
 measured in the same run, over the measured decode time). On CPU, greso_jax is also timed with the
-host split into --host_devices XLA devices (default: one per core) and the prompts' groups
-data-parallel over them: a single device runs the attention's small batched products on one
-thread (experiments/bench/decode_profile.py), a data mesh gives each core its own rows.
+host split into --host_devices XLA devices (default: the most cores that divide --prompts) and the
+prompts' groups data-parallel over them: a single device runs the attention's small batched
+products on one thread (experiments/bench/decode_profile.py), a data mesh gives each core its own rows.
 
     python experiments/bench/sampler.py                       # CPU defaults: 16 x 8 x 64 x 128
     python experiments/bench/sampler.py --tunix_python=""     # without Tunix
@@ -189,11 +189,9 @@ def bench_greso(args, prompts, cfg_name):
     folder = os.path.join(args.workdir, "bench-weights")
     save_pretrained(model, folder)
     param_bytes = sum(x.nbytes for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
-    return dict(seconds=seconds, other_seconds=other_seconds, host_mesh=host_mesh,
-                compile_s=compile_s, prefill_shared_s=shared,
-                prefill_per_row_s=per_row,
-                kv_cache_bytes=out.kv_cache_bytes, weights=folder, cfg=model.cfg, param_bytes=param_bytes,
-                long_tail=long_tail)
+    return dict(seconds=seconds, other_seconds=other_seconds, host_mesh=host_mesh, compile_s=compile_s,
+                prefill_shared_s=shared, prefill_per_row_s=per_row, kv_cache_bytes=out.kv_cache_bytes,
+                weights=folder, cfg=model.cfg, param_bytes=param_bytes, long_tail=long_tail)
 
 
 def bench_transformers(args, prompts, folder, threads):

@@ -86,13 +86,12 @@ def run_stats(records: Sequence[dict]) -> dict[str, float]:
     stats["rollout_share"] = ratio(stats["rollout_s"], stats["total_s"])
     # Every audited skip counts in the overall precision, also those the strategy made no easy / hard
     # prediction for ("other"; logged since the audit classifies skips by `skip_kinds`).
-    for kind in ("easy", "hard", "other"):
-        audited = _sum(records, f"audit/{kind}_skips")
-        stats[f"audited_{kind}"] = audited
-        stats[f"skip_precision_{kind}"] = ratio(_sum(records, f"audit/{kind}_zero_variance"), audited)
-    audited = sum(stats[f"audited_{kind}"] for kind in ("easy", "hard", "other"))
-    zero_variance_skips = sum(_sum(records, f"audit/{kind}_zero_variance") for kind in ("easy", "hard", "other"))
-    stats["skip_precision"] = ratio(zero_variance_skips, audited)
+    kinds = ("easy", "hard", "other")
+    zero_variance = {kind: _sum(records, f"audit/{kind}_zero_variance") for kind in kinds}
+    for kind in kinds:
+        stats[f"audited_{kind}"] = _sum(records, f"audit/{kind}_skips")
+        stats[f"skip_precision_{kind}"] = ratio(zero_variance[kind], stats[f"audited_{kind}"])
+    stats["skip_precision"] = ratio(sum(zero_variance.values()), sum(stats[f"audited_{kind}"] for kind in kinds))
     return stats
 
 
