@@ -161,6 +161,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.logging.wandb_project = "greso_jax"
     c.logging.wandb_entity = ""  # "" = the W&B default entity of the logged-in user
     c.logging.wandb_run_name = ""  # "" = the workdir's name
+    c.logging.group_trace = False  # groups.jsonl: every rolled-out group's prompt and correct count, per step
     return c
 
 
@@ -283,6 +284,7 @@ FIELD_SPECS: dict[str, Spec] = {
     "logging.wandb_project": Spec(STR, check=lambda v: None if v.strip() else "must not be empty"),
     "logging.wandb_entity": Spec(STR),
     "logging.wandb_run_name": Spec(STR),
+    "logging.group_trace": Spec(BOOL),
 }
 
 

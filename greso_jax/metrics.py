@@ -54,6 +54,41 @@ class MetricsWriter:
             self._wandb.close()
 
 
+class GroupTraceWriter:
+    """Appends one line per step to `workdir/groups.jsonl` (logging.group_trace): the data epoch and,
+    for every group rolled out in the step (zero-variance and surplus ones too; the skip audit's
+    shadow groups not), its prompt id, correct responses and responses, in rollout order. It is the
+    outcome record that offline selector studies replay (experiments/bench/predictor_replay.py).
+    On resume, lines after `resume_step` are dropped, as in metrics.jsonl."""
+
+    FILE = "groups.jsonl"
+
+    def __init__(self, workdir: str, *, enabled: bool, resume_step: int | None = None):
+        self.enabled = enabled
+        self.path = os.path.join(workdir, self.FILE)
+        if enabled:
+            os.makedirs(workdir, exist_ok=True)
+            _truncate_after(self.path, -1 if resume_step is None else resume_step)
+
+    def write(self, step: int, epoch: int, groups) -> None:
+        """groups: selection Groups (prompt_id, correct bool [k])."""
+        if not self.enabled:
+            return
+        record = {"step": int(step), "epoch": int(epoch), "prompt_ids": [int(g.prompt_id) for g in groups],
+                  "num_correct": [int(np.count_nonzero(g.correct)) for g in groups],
+                  "num_samples": [int(g.correct.size) for g in groups]}
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def read_group_trace(workdir: str) -> list[dict]:
+    """The lines of `workdir/groups.jsonl`; a clear error when the run did not record one."""
+    path = os.path.join(workdir, GroupTraceWriter.FILE)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no group trace; run with --config.logging.group_trace=True")
+    return read_lines(path)
+
+
 class WandbSink:
     """A Weights & Biases run for a workdir. Its id is kept in `workdir/wandb_run_id`, so a
     resumed training run continues the same W&B run; project, entity and name come from the

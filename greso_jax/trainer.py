@@ -23,7 +23,7 @@ from greso_jax.configs import validate
 from greso_jax.data.pipeline import PromptPipeline
 from greso_jax.from_config import (decode_schedule, learner_from_config, prompt_levels, rows_from_config,
                                    sampling_kwargs, selector_from_config)
-from greso_jax.metrics import MetricsWriter, Progress, format_table, plot_run, run_summary
+from greso_jax.metrics import GroupTraceWriter, MetricsWriter, Progress, format_table, plot_run, run_summary
 from greso_jax.parallel import multihost
 from greso_jax.parallel.sharding import mesh_from_config
 from greso_jax.policy import build_policy, build_tokenizer
@@ -77,6 +77,7 @@ class Trainer:
         if c.eval.skip_audit_fraction and jax.process_count() > 1:
             raise ConfigError("eval.skip_audit_fraction: the skip audit runs on one host only; set it to 0")
         self._dropped_logged = False
+        self.group_trace = GroupTraceWriter(self.workdir, enabled=False)  # run() opens it with the resume step
         if self.is_main:  # config.json, configs/<step>.json, configs/launches.jsonl
             self.run_dir.record_launch(c)
 
@@ -92,6 +93,7 @@ class Trainer:
         result = run_selection_step(self.selector, step, pull_prompts=self._pull_prompts, rollout=self._rollout,
                                     train_batch_size=c.train.train_batch_size, epoch=epoch)
         metrics = {"data/epoch": epoch, **result.metrics}
+        self.group_trace.write(step, epoch, result.rolled_out)
         every = c.train.host_check_every_steps
         if multihost.is_multihost() and every and step % every == 0:
             multihost.check_identical_across_hosts(self.selector.state_dict(), "the selector state", step)
@@ -197,6 +199,8 @@ class Trainer:
         if start_step:
             self.log(f"resumed from step {start_step} ({self.checkpointer.directory})")
         writer = MetricsWriter(self.workdir, enabled=self.is_main, resume_step=start_step or None, config=c)
+        self.group_trace = GroupTraceWriter(self.workdir, enabled=self.is_main and c.logging.group_trace,
+                                            resume_step=start_step or None)
         progress = Progress(c.train.num_steps, start_step, quiet=c.train.quiet, enabled=self.is_main)
         try:
             if start_step == 0:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from greso_jax.configs import ConfigError
-from greso_jax.metrics import read_metrics
+from greso_jax.metrics import read_group_trace, read_metrics
 from greso_jax.trainer import Trainer
 
 HERE = os.path.dirname(__file__)
@@ -76,11 +76,11 @@ def _train_cmd(workdir, *overrides, policy=""):
 
 @pytest.mark.slow
 def test_sigkill_then_resume_reproduces_the_uninterrupted_run(tmp_path, warm_policy):
-    steps = "--config.train.num_steps=6"
+    steps = ("--config.train.num_steps=6", "--config.logging.group_trace=True")
     env = dict(os.environ, JAX_PLATFORMS="cpu")
-    subprocess.run(_train_cmd(tmp_path / "full", steps, policy=warm_policy), check=True, timeout=600, env=env,
+    subprocess.run(_train_cmd(tmp_path / "full", *steps, policy=warm_policy), check=True, timeout=600, env=env,
                    capture_output=True)
-    killed = subprocess.Popen(_train_cmd(tmp_path / "killed", steps, policy=warm_policy), env=env,
+    killed = subprocess.Popen(_train_cmd(tmp_path / "killed", *steps, policy=warm_policy), env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 600
     while time.time() < deadline and killed.poll() is None:
@@ -90,7 +90,7 @@ def test_sigkill_then_resume_reproduces_the_uninterrupted_run(tmp_path, warm_pol
     assert killed.poll() is None, "the run finished before it could be killed"
     killed.send_signal(signal.SIGKILL)
     killed.wait(timeout=60)
-    resumed = subprocess.run(_train_cmd(tmp_path / "killed", steps, policy=warm_policy), timeout=600, env=env,
+    resumed = subprocess.run(_train_cmd(tmp_path / "killed", *steps, policy=warm_policy), timeout=600, env=env,
                              capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from step" in resumed.stdout + resumed.stderr
@@ -99,6 +99,7 @@ def test_sigkill_then_resume_reproduces_the_uninterrupted_run(tmp_path, warm_pol
     assert [r["step"] for r in again] == [r["step"] for r in full] == list(range(7))
     for a, b in zip(full, again):
         assert _deterministic(a) == _deterministic(b), a["step"]
+    assert read_group_trace(str(tmp_path / "killed")) == read_group_trace(str(tmp_path / "full"))
 
 
 @pytest.mark.slow

@@ -23,6 +23,7 @@ class StepResult:
     groups: list[Group]  # at most train_batch_size, in rollout order
     handles: list[Any]  # ScoredPass.handle of every rollout call, by call index
     metrics: dict[str, float]
+    rolled_out: list[Group] = dataclasses.field(default_factory=list)  # every group of the step, in rollout order
 
     @property
     def full_batch(self) -> bool:
@@ -66,7 +67,7 @@ def run_selection_step(selector: Selector, step: int, *, pull_prompts: PullFn, r
         "selection/full_batch": float(len(batch) == train_batch_size),
         "rollout/step_responses": float(calls.step_responses),
     })
-    return StepResult(groups=batch, handles=calls.handles, metrics=metrics)
+    return StepResult(groups=batch, handles=calls.handles, metrics=metrics, rolled_out=groups)
 
 
 def _run_pass(request: PassRequest, groups: list[Group], calls: "_RolloutCalls", pull_prompts: PullFn,
