@@ -1,0 +1,69 @@
+"""experiments/bench/predictor_replay.py: its measures on known data, and the whole script on a real run's trace."""
+
+import itertools
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from greso_jax.trainer import Trainer
+
+import trainer_config
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from experiments.bench import predictor_replay  # noqa: E402
+
+
+def _trace(rates, steps: int, group_size: int = 8, seed: int = 0):
+    """Every prompt rolled out once per step at its fixed success rate."""
+    rng = np.random.default_rng(seed)
+    ids = list(range(len(rates)))
+    return [{"step": s, "epoch": s, "prompt_ids": ids, "num_correct": rng.binomial(group_size, rates).tolist(),
+             "num_samples": [group_size] * len(rates)} for s in range(1, steps + 1)]
+
+
+def test_auc_counts_ties_half_and_matches_pairwise_counting():
+    rng = np.random.default_rng(1)
+    scores = rng.integers(0, 5, 200).astype(float)
+    positive = rng.random(200) < 0.4
+    pairs = [(a, b) for a, b in itertools.product(scores[positive], scores[~positive])]
+    expected = np.mean([1.0 if a > b else 0.5 if a == b else 0.0 for a, b in pairs])
+    assert predictor_replay.auc(scores, positive) == pytest.approx(expected)
+    assert np.isnan(predictor_replay.auc(scores, np.ones(200, bool)))
+
+
+def test_stable_rates_are_ranked_and_the_keep_share_selects_the_informative():
+    rates = np.repeat([0.0, 1.0, 0.5, 0.97], 25)  # 25 each: never, always, mixed, rarely wrong
+    trace = _trace(rates, steps=12)
+    levels = np.full(rates.size, -1)
+    replayed = predictor_replay.replay(trace, levels, 8, ["greso streak", "posterior (default)"])
+    rows = {r["predictor"]: r for r in predictor_replay.summarize(replayed)}
+    assert rows["posterior (default)"]["groups"] == 11 * 100  # the first step has no history
+    for name in ("posterior (default)", "hindsight"):
+        assert rows[name]["auc"] > 0.85
+        assert rows[name]["informative_kept_0.2"] > 0.9  # the kept fifth is the mixed quarter
+    assert rows["greso streak"]["auc"] > 0.7
+    base = rows["hindsight"]["informative_kept_0.5"]
+    assert rows["posterior (default)"]["informative_kept_0.2"] > base
+    bins = predictor_replay.calibration(replayed["posterior (default)"]["scores"],
+                                        replayed["posterior (default)"]["zero_variance"])
+    assert sum(count for *_, count in bins) == 12 * 100
+    assert all(0 <= predicted <= 1 and 0 <= observed <= 1 for _, predicted, observed, _ in bins)
+
+
+def test_script_replays_a_recorded_run(tmp_path, warm_policy, capsys):
+    config = trainer_config.get_config(f"dynamic_sampling,{warm_policy}")
+    config.logging.group_trace = True
+    config.train.num_steps = 4
+    Trainer(config, str(tmp_path / "run"), log=lambda *a: None).run()
+    out = tmp_path / "replay.json"
+    assert predictor_replay.main([str(tmp_path / "run"), "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "| greso streak |" in printed and "calibration of 'posterior (default)'" in printed
+    rows = json.loads(out.read_text())["pooled"]
+    assert [r["predictor"] for r in rows] == list(predictor_replay.PREDICTORS) + ["hindsight"]
+    assert len({r["groups"] for r in rows}) == 1 and rows[0]["groups"] > 0
+    with pytest.raises(SystemExit):
+        predictor_replay.main([str(tmp_path / "run"), "--predictors", "magic"])
