@@ -277,8 +277,13 @@ def test_the_supply_floor_keeps_a_share_of_the_pool_and_stops_the_threshold_wind
     # The kept 7/8 prompts are often all-correct, far above the target: the threshold would move down,
     # but the floor is what decides, so it stays (no windup below the floor).
     selector.observe_counts(np.arange(30), np.array([4] * 10 + [8] * 20), np.full(30, 8))
-    selector.end_step()
+    in_force = selector.threshold_in_force()
+    metrics = selector.end_step()
     assert selector.threshold == 0.3
+    assert metrics["selection/posterior_threshold_in_force"] == in_force
+    assert metrics["selection/posterior_supply_threshold"] == in_force  # the floor is what was in force
+    assert metrics["selection/posterior_predicted_kept"] == 30
+    assert metrics["selection/posterior_predicted_kept_zero_variance"] == 20
     restored = make_selector("posterior", num_prompts=100, group_size=8, seed=0, settings={
         "threshold": 0.3, "threshold_min": 0.05, "min_keep_share": 0.3})
     restored.load_state_dict(selector.state_dict())

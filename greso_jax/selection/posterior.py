@@ -337,6 +337,18 @@ class PosteriorSelector(DynamicSamplingSelector):
             return  # the supply floor decides: winding the threshold down under it would only wind it up
         self.threshold = min(max(self.threshold + move, self.settings.threshold_min), 1.0)
 
+    def end_step(self) -> dict[str, float]:
+        in_force, supply = self.threshold_in_force(), self._supply_threshold  # before _adapt moves the threshold
+        kept, kept_zero_variance = self.step_predicted_kept, self.step_predicted_kept_zero_variance
+        metrics = super().end_step()
+        # Why the step kept what it kept: the threshold its decisions used and the floor under it, and
+        # how the groups the prediction kept (not exploration, not unseen prompts) turned out.
+        metrics.update({"selection/posterior_threshold_in_force": in_force,
+                        "selection/posterior_supply_threshold": supply,
+                        "selection/posterior_predicted_kept": float(kept),
+                        "selection/posterior_predicted_kept_zero_variance": float(kept_zero_variance)})
+        return metrics
+
     def _p_easy_metric(self) -> float:
         return self.threshold  # the keep rule's one global knob, logged where GRESO logs p
 
