@@ -53,6 +53,20 @@ def test_stable_rates_are_ranked_and_the_keep_share_selects_the_informative():
     assert all(0 <= predicted <= 1 and 0 <= observed <= 1 for _, predicted, observed, _ in bins)
 
 
+def test_groups_are_split_by_their_prompts_previous_outcome():
+    trace = [{"step": 1, "prompt_ids": [0, 1, 2], "num_correct": [4, 0, 2], "num_samples": [4, 4, 4]},
+             {"step": 2, "prompt_ids": [0, 2], "num_correct": [3, 2], "num_samples": [4, 4]},
+             {"step": 4, "prompt_ids": [1, 2, 0], "num_correct": [0, 4, 2], "num_samples": [4, 4, 4]}]
+    rows = {(r["steps"], r["previous"]): r for r in predictor_replay.by_previous_outcome(trace, phases=2)}
+    first = rows[("1-2", "none")]
+    assert first["groups_per_step"] == 1.5 and first["informative"] == pytest.approx(1 / 3)
+    assert np.isnan(first["median_gap"])
+    assert rows[("1-2", "all-correct")]["informative"] == 1.0 and rows[("1-2", "mixed")]["informative"] == 1.0
+    late = rows[("4-4", "mixed")]  # prompts 2 and 0, both mixed at step 2
+    assert late["groups_per_step"] == 2 and late["informative"] == 0.5 and late["median_gap"] == 2
+    assert rows[("4-4", "all-incorrect")]["median_gap"] == 3 and rows[("4-4", "all-incorrect")]["informative"] == 0
+
+
 def test_script_replays_a_recorded_run(tmp_path, warm_policy, capsys):
     config = trainer_config.get_config(f"dynamic_sampling,{warm_policy}")
     config.logging.group_trace = True
@@ -62,6 +76,7 @@ def test_script_replays_a_recorded_run(tmp_path, warm_policy, capsys):
     assert predictor_replay.main([str(tmp_path / "run"), "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "| greso streak |" in printed and "calibration of 'posterior (default)'" in printed
+    assert "| mixed |" in printed
     rows = json.loads(out.read_text())["pooled"]
     assert [r["predictor"] for r in rows] == list(predictor_replay.PREDICTORS) + ["hindsight"]
     assert len({r["groups"] for r in rows}) == 1 and rows[0]["groups"] > 0

@@ -8,7 +8,7 @@ import pytest
 from greso_jax.selection import (OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_MIXED, MaxPassesReached,
                                  PassConfig, PulledPrompts, ScoredPass, make_selector, run_selection_step)
 
-PASS_FIELDS = ("rollout_batch_size", "min_pass_size", "max_passes", "on_max_passes")
+PASS_FIELDS = ("rollout_batch_size", "min_pass_size", "max_passes", "on_max_passes", "once_per_step")
 
 STABLE_METRICS = ("selection/p_easy", "selection/p_hard", "selection/skipped_easy", "selection/skipped_hard",
                   "selection/kept", "selection/passes", "selection/easy_ratio", "selection/hard_ratio",
@@ -126,6 +126,27 @@ def test_max_passes_train_on_what_was_collected_or_raise():
                      max_passes=3, on_max_passes="error")
     with pytest.raises(MaxPassesReached, match="selection.max_passes"):
         step(selector, world, 0, 4)
+
+
+def test_a_small_pool_cycled_within_a_step_repeats_prompts_unless_once_per_step():
+    def run(**once):
+        world = ScriptedWorld(8, lambda prompt: range(1000) if prompt % 2 else (0,))  # even ids mixed
+        selector = build("dynamic_sampling", world, train_batch_size=6, rollout_batch_size=4, min_pass_size=4,
+                         max_passes=4, **once)
+        return step(selector, world, 0, 6), world
+
+    result, world = run()
+    rolled = np.concatenate([ids for ids, _ in world.calls])
+    m = result.metrics
+    assert m["selection/repeated_groups"] == rolled.size - np.unique(rolled).size > 0
+    assert m["selection/repeats_dropped"] == 0
+    assert m["selection/batch_prompts"] == len({g.prompt_id for g in result.groups})
+    result, world = run(once_per_step=True)
+    rolled = np.concatenate([ids for ids, _ in world.calls])
+    assert np.unique(rolled).size == rolled.size == 8  # each prompt once, then the pool is spent
+    m = result.metrics
+    assert m["selection/repeated_groups"] == 0 and m["selection/repeats_dropped"] >= 8
+    assert [g.prompt_id for g in result.groups] == [0, 2, 4, 6] and not result.full_batch
 
 
 def test_greso_skips_streaky_prompts_on_the_next_epoch_and_counts_them():

@@ -20,6 +20,8 @@ history of its own):
   (ties in a seeded random order); the share of kept groups that had reward variance. The first
   row gives the rate with no selection.
 - Brier score and a 10-bin calibration table, for predictors that give a probability.
+Per run it also splits the groups by the outcome of the prompt's previous group, in four phases of
+the run: on a selector's own trace that shows where its informative groups came from.
 `hindsight` is not a predictor: it scores each group by its prompt's success rate over all its
 other groups in the run, later ones included, so it bounds what a per-prompt rate can rank.
 """
@@ -149,6 +151,34 @@ def hindsight_scores(trace: list[dict], group_size: int) -> np.ndarray:
     return rate ** group_size + (1 - rate) ** group_size
 
 
+def by_previous_outcome(trace: list[dict], phases: int = 4) -> list[dict]:
+    """Where a run's informative groups came from: per phase of its steps (equal parts) and per
+    outcome of the prompt's previous group (mixed, all-correct, all-incorrect, none: first visit),
+    the groups per step, the share of them with reward variance and the median steps since that
+    previous group. Any trace: under a selector it shows what its kept prompts were."""
+    last = {}  # prompt id -> (step, outcome) of its latest group
+    rows = []  # (step, previous outcome, informative, gap)
+    for line in trace:
+        for prompt, correct, samples in zip(line["prompt_ids"], line["num_correct"], line["num_samples"]):
+            outcome = "all-correct" if correct == samples else "all-incorrect" if correct == 0 else "mixed"
+            step, previous = last.get(prompt, (None, "none"))
+            rows.append((line["step"], previous, outcome == "mixed", -1 if step is None else line["step"] - step))
+            last[prompt] = (line["step"], outcome)
+    steps = sorted({line["step"] for line in trace})
+    out = []
+    for part in np.array_split(np.asarray(steps), phases):
+        if not part.size:
+            continue
+        lo, hi = int(part[0]), int(part[-1])
+        for previous in ("mixed", "all-correct", "all-incorrect", "none"):
+            chosen = [r for r in rows if lo <= r[0] <= hi and r[1] == previous]
+            gaps = [r[3] for r in chosen if r[3] >= 0]
+            out.append({"steps": f"{lo}-{hi}", "previous": previous, "groups_per_step": len(chosen) / part.size,
+                        "informative": float(np.mean([r[2] for r in chosen])) if chosen else math.nan,
+                        "median_gap": float(np.median(gaps)) if gaps else math.nan})
+    return out
+
+
 def auc(scores: np.ndarray, positive: np.ndarray) -> float:
     """P(score of a random positive > score of a random negative), ties counted half."""
     positives, negatives = int(positive.sum()), int((~positive).sum())
@@ -246,6 +276,12 @@ def main(argv=None) -> int:
         trace, levels, group_size = load_run(workdir)
         runs.append(replay(trace, levels, group_size, names))
         print(f"## {workdir}: {len(trace)} steps\n\n{markdown_table(summarize(runs[-1]))}\n")
+        print("By the outcome of the prompt's previous group:\n\n| steps | previous | groups per step | informative | "
+              "median steps since |\n|---|---|---|---|---|")
+        for row in by_previous_outcome(trace):
+            print(f"| {row['steps']} | {row['previous']} | {row['groups_per_step']:.1f} | {_cell(row['informative'])} | "
+                  f"{_cell(row['median_gap'])} |")
+        print()
     everything = pooled(runs)
     rows = summarize(everything)
     print(f"## pooled over {len(runs)} run(s), groups with history\n\n{markdown_table(rows)}\n")

@@ -17,7 +17,7 @@ import numpy as np
 
 from greso_jax.selection import counter_rng
 from greso_jax.selection.groups import Group, PassRequest
-from greso_jax.specs import INT, STR, ConfigError, Spec, check_dataclass, check_field, field
+from greso_jax.specs import BOOL, INT, STR, ConfigError, Spec, check_dataclass, check_field, field
 
 # A group's outcome: mixed rewards, all correct, all incorrect; OUTCOME_NONE: a prompt never rolled out.
 OUTCOME_MIXED, OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_NONE = 0, 1, 2, -1
@@ -49,6 +49,10 @@ class PassConfig(StrategySettings):
     max_passes: int = field(8, Spec(INT, 1), "cap on rollout passes per step (DAPO's max_num_gen_batches)")
     on_max_passes: str = field("train", Spec(STR, choices=("train", "error")),
                                "when the cap is hit: train on what was collected, or raise")
+    once_per_step: bool = field(False, Spec(BOOL), "roll out a prompt at most once per step: a pulled prompt "
+                                "already rolled out this step is dropped (selection/repeats_dropped). A selector "
+                                "that skips most of a small pool cycles it within a step and would otherwise "
+                                "re-roll the same prompts on the same policy")
 
     def check_relations(self, prefix: str) -> None:
         if self.min_pass_size > self.rollout_batch_size:

@@ -47,9 +47,10 @@ def run_selection_step(selector: Selector, step: int, *, pull_prompts: PullFn, r
     selector.begin_step(step, epoch=epoch)
     calls = _RolloutCalls(selector, rollout)
     groups: list[Group] = []
+    repeats = _Repeats(selector.num_prompts, drop=selector.pass_config.once_per_step)
     request = selector.first_pass(train_batch_size)
     while request is not None:
-        new = _run_pass(request, groups, calls, pull_prompts, selector)
+        new = _run_pass(request, groups, calls, pull_prompts, selector, repeats)
         if not new:
             break
         request = selector.after_pass(groups, new, passes=len(calls.handles), train_batch_size=train_batch_size)
@@ -65,13 +66,18 @@ def run_selection_step(selector: Selector, step: int, *, pull_prompts: PullFn, r
         # Informative groups generated (and paid for) beyond what the batch trains on.
         "selection/surplus_groups": float(sum(g.has_variance for g in groups) - sum(g.has_variance for g in batch)),
         "selection/full_batch": float(len(batch) == train_batch_size),
+        # Groups of a prompt rolled out earlier in the same step, and the batch's distinct prompts: a
+        # small pool cycled within a step trains on fewer prompts than groups.
+        "selection/repeated_groups": float(len(groups) - len({g.prompt_id for g in groups})),
+        "selection/repeats_dropped": float(repeats.dropped),
+        "selection/batch_prompts": float(len({g.prompt_id for g in batch})),
         "rollout/step_responses": float(calls.step_responses),
     })
     return StepResult(groups=batch, handles=calls.handles, metrics=metrics, rolled_out=groups)
 
 
 def _run_pass(request: PassRequest, groups: list[Group], calls: "_RolloutCalls", pull_prompts: PullFn,
-              selector: Selector) -> list[int]:
+              selector: Selector, repeats: "_Repeats") -> list[int]:
     """Runs one requested pass; returns the indices of the groups it created or extended (empty: nothing ran)."""
     if request.extend:
         rows = list(request.extend)
@@ -83,7 +89,7 @@ def _run_pass(request: PassRequest, groups: list[Group], calls: "_RolloutCalls",
         for sub_row, i in enumerate(rows):
             groups[i].extend(call, sub_row, result.correct[sub_row], result.rewards[sub_row])
         return rows
-    pulled = _pull(pull_prompts, request.pull, selector)
+    pulled = repeats.pull(lambda: _pull(pull_prompts, request.pull, selector))
     if pulled.prompt_ids.size == 0:
         return []
     call, result = calls.run(pulled.prompt_ids, pulled.payloads, request.num_samples)
@@ -92,6 +98,33 @@ def _run_pass(request: PassRequest, groups: list[Group], calls: "_RolloutCalls",
                                   result.rewards[row])
                   for row, prompt_id in enumerate(pulled.prompt_ids))
     return list(range(first, len(groups)))
+
+
+class _Repeats:
+    """selection.once_per_step: the prompts rolled out this step, and the pulled ones dropped as repeats."""
+
+    def __init__(self, num_prompts: int, *, drop: bool):
+        self.num_prompts, self.drop = num_prompts, drop
+        self.seen: set[int] = set()
+        self.dropped = 0
+
+    def pull(self, pull_once: Callable[[], PulledPrompts]) -> PulledPrompts:
+        """Pulls; with `drop`, removes prompts already rolled out this step and pulls again while a pull
+        leaves nothing, until the stream ends or a whole pool's worth has been dropped."""
+        while True:
+            pulled = pull_once()
+            if not self.drop:
+                return pulled
+            ids = pulled.prompt_ids
+            fresh, first = [], set()
+            for row, prompt in enumerate(ids.tolist()):
+                if prompt not in self.seen and prompt not in first:
+                    fresh.append(row)
+                    first.add(prompt)
+            self.dropped += ids.size - len(fresh)
+            self.seen |= first
+            if fresh or ids.size == 0 or self.dropped >= self.num_prompts:
+                return PulledPrompts(ids[fresh], [pulled.payloads[row] for row in fresh], pulled.skipped_ids)
 
 
 class _RolloutCalls:
