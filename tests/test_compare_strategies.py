@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import math
 import os
 
 import numpy as np
@@ -145,3 +146,11 @@ def test_simulator_is_calibrated_to_vanilla_and_set_beside_the_trainer():
     assert np.isnan(rows["vanilla"]["sim_efficiency_vs_oracle"])  # trains fewer informative groups: no saving
     assert rows["ds_fixed"]["sim_efficiency_vs_oracle"] == 0.0
     assert "| greso |" in compare_strategies.simulator_table(sim)
+
+
+def test_repeated_groups_and_distinct_prompts_per_run():
+    repeats = {"selection/repeated_groups": 3, "selection/kept": 12, "selection/batch_prompts": 5}
+    stats = compare_strategies.run_stats(_records([0.2, 0.3], 100, 1.0, **repeats))
+    assert stats["repeated_share"] == pytest.approx(0.25) and stats["batch_prompts"] == 5
+    older = compare_strategies.run_stats(_records([0.2, 0.3], 100, 1.0, **{"selection/kept": 12}))
+    assert math.isnan(older["repeated_share"]) and math.isnan(older["batch_prompts"])  # "—", not 0

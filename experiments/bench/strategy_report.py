@@ -74,7 +74,8 @@ def markdown_tables(result: dict) -> str:
     lines += ["", "**Whole run** (mean ± std over seeds)", "",
               "| strategy | accuracy start | accuracy final | responses | tokens | rollout s | update s | total s | "
               "rollout share | eval s (apart) | compile s (apart) | effective prompts/step | surplus groups | "
-              "update tokens | zero-variance ratio |", "|" + "---|" * 15]
+              "update tokens | zero-variance ratio | groups re-rolled in their step | distinct prompts/step |",
+              "|" + "---|" * 17]
     for name, r in rows.items():
         pm = lambda k: f"{_cell(r[k])} ± {_cell(r[k + '_std'])}"  # noqa: E731
         lines.append("| " + " | ".join([name, pm("accuracy_start"), pm("accuracy_final"), pm("responses"),
@@ -82,7 +83,8 @@ def markdown_tables(result: dict) -> str:
                                         pm("total_s"), _cell(r["rollout_share"]), _cell(r["eval_s"]),
                                         _cell(r["compile_s"]),
                                         _cell(r["effective_prompts"]), _cell(r["surplus_groups"]),
-                                        _cell(r["update_tokens"]), _cell(r["zero_variance_ratio"])]) + " |")
+                                        _cell(r["update_tokens"]), _cell(r["zero_variance_ratio"]),
+                                        _cell(r["repeated_share"]), _cell(r["batch_prompts"])]) + " |")
     lines += ["", "**Zero variance from one rollout of a prompt to its next** (P(again | now), pooled per run, "
               "mean over seeds), and skip precision (the share of the audited skips whose group was zero-variance)", "",
               "| strategy | consistency easy | consistency hard | skips easy | skips hard | audited easy | "

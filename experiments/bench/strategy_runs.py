@@ -72,6 +72,10 @@ def run_stats(records: Sequence[dict]) -> dict[str, float]:
         "compile_s": curves["compile_s"][-1],
         "effective_prompts": _mean(records, "selection/effective_prompts"),
         "surplus_groups": _sum(records, "selection/surplus_groups"),
+        # Runs before these metrics existed give NaN ("—"), not 0.
+        "repeated_share": ratio(_sum(records, "selection/repeated_groups"), _sum(records, "selection/kept"))
+        if any("selection/repeated_groups" in r for r in records) else float("nan"),
+        "batch_prompts": _mean(records, "selection/batch_prompts"),
         "update_tokens": _sum(records, "actor/update_tokens"),
         "zero_variance_ratio": _mean(records, "selection/zero_variance_ratio"),
         "consistency_easy": ratio(_sum(records, "zero_variance/repeated_easy"),
