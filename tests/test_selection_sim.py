@@ -93,3 +93,12 @@ def test_a_selector_that_knows_p_is_calibrated_and_the_posterior_is_reported(res
         if row["groups"] >= 400:
             assert abs(row["observed"] - row["predicted"]) < 4 * np.sqrt(0.25 / row["groups"]) + 0.01, row
     assert results["posterior"]["calibration"] and results["greso"]["calibration"] == []
+
+
+def test_a_small_pool_is_re_rolled_within_a_step_unless_once_per_step(sim):
+    settings = sim.SimSettings(num_prompts=300, steps=30, train_batch_size=32, rollout_batch_size=48,
+                               min_pass_size=8, seed=1)
+    cycled = sim.run_strategy("greso", settings)
+    assert cycled["repeated_groups"] > 0  # GRESO skips most of the pool and meets its kept prompts again
+    once = sim.run_strategy("greso", sim.SimSettings(**{**settings.__dict__, "once_per_step": True}))
+    assert once["repeated_groups"] == 0

@@ -202,7 +202,7 @@ def simulate(runs: dict[str, dict[int, list[dict]]], config: dict) -> dict:
         num_prompts=int(config["data"]["arith_num_train"]), steps=int(config["train"]["num_steps"]),
         train_batch_size=int(config["train"]["train_batch_size"]), group_size=int(config["rl"]["group_size"]),
         rollout_batch_size=int(sel["rollout_batch_size"]), min_pass_size=int(sel["min_pass_size"]),
-        max_passes=int(sel["max_passes"]), seed=0)
+        max_passes=int(sel["max_passes"]), seed=0, once_per_step=bool(sel.get("once_per_step", False)))
     simulated = selection_sim.all_runs(settings, fractions)
     base_sim = simulated[SIM_NAMES[BASELINE]]["responses"]
     base_real = float(np.mean([run_stats(r)["responses"] for r in runs[BASELINE].values()]))

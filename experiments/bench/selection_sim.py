@@ -48,6 +48,7 @@ class SimSettings:
     min_pass_size: int = 32
     max_passes: int = 10
     seed: int = 0
+    once_per_step: bool = False  # selection.once_per_step: a prompt at most once per step
 
 
 class LatentPopulation:
@@ -198,7 +199,7 @@ def run_strategy(strategy: str, settings: SimSettings, fractions: dict[str, floa
     selector = make_selector(
         strategy, num_prompts=settings.num_prompts, group_size=settings.group_size, seed=settings.seed,
         passes=PassConfig(rollout_batch_size=settings.rollout_batch_size, min_pass_size=settings.min_pass_size,
-                          max_passes=settings.max_passes),
+                          max_passes=settings.max_passes, once_per_step=settings.once_per_step),
         settings={**default_settings(strategy), **strategy_overrides}, **extras)
     stream = PromptStream(settings.num_prompts, settings.seed, selector.should_keep)
     foresee = rollouts.outcome(settings.group_size)
@@ -225,7 +226,7 @@ def run_strategy(strategy: str, settings: SimSettings, fractions: dict[str, floa
             zero_variance.append(scored.correct.all(axis=1) | ~scored.correct.any(axis=1))
         return scored
 
-    effective = full = passes = batch = surplus = 0.0
+    effective = full = passes = batch = surplus = repeated = 0.0
     skipped = skipped_zero_variance = skipped_informative = rolled_informative = 0
     p_at_epoch_1 = None  # (p_easy, p_hard) the first step of epoch 1 starts from
     for step in range(settings.steps):
@@ -252,13 +253,14 @@ def run_strategy(strategy: str, settings: SimSettings, fractions: dict[str, floa
         full += metrics["selection/full_batch"]
         passes += metrics["selection/passes"]
         surplus += metrics["selection/surplus_groups"]
+        repeated += metrics["selection/repeated_groups"]
     responses = metrics["rollout/num_responses"]
     p_at_epoch_1 = p_at_epoch_1 or (float("nan"), float("nan"))
     return {"responses": responses, "effective_prompts": effective,
             "responses_per_effective": responses / max(effective, 1.0),
             "full_batch_fraction": full / settings.steps, "mean_passes": passes / settings.steps,
             "mean_effective_batch": effective / settings.steps, "mean_batch": batch / settings.steps,
-            "surplus_groups": surplus, "epochs": stream.next_epoch,
+            "surplus_groups": surplus, "repeated_groups": repeated, "epochs": stream.next_epoch,
             # Of the prompts skipped, the share whose group would have been zero-variance (the oracle: 1).
             "skip_precision": skipped_zero_variance / skipped if skipped else float("nan"),
             # Of the informative groups met (rolled out, or skipped but foreseen), the share trained on.
@@ -309,7 +311,11 @@ DELTA_P_SWEEP = (0.0025, 0.005, 0.01, 0.02, 0.05)
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for field in dataclasses.fields(SimSettings):
-        parser.add_argument(f"--{field.name.replace('_', '-')}", type=int, default=field.default)
+        flag = f"--{field.name.replace('_', '-')}"
+        if field.type in (bool, "bool"):
+            parser.add_argument(flag, action="store_true")
+        else:
+            parser.add_argument(flag, type=int, default=field.default)
     parser.add_argument("--quick", action="store_true", help="5k prompts, 80 steps")
     parser.add_argument("--levels", action="store_true", help="prompts carry their class as a data level "
                         "(strategies that use levels also run without)")
