@@ -1,5 +1,7 @@
 """The selection simulator (experiments/bench/selection_sim.py) on a small population: the strategies' order holds."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -100,5 +102,5 @@ def test_a_small_pool_is_re_rolled_within_a_step_unless_once_per_step(sim):
                                min_pass_size=8, seed=1)
     cycled = sim.run_strategy("greso", settings)
     assert cycled["repeated_groups"] > 0  # GRESO skips most of the pool and meets its kept prompts again
-    once = sim.run_strategy("greso", sim.SimSettings(**{**settings.__dict__, "once_per_step": True}))
+    once = sim.run_strategy("greso", dataclasses.replace(settings, once_per_step=True))
     assert once["repeated_groups"] == 0
