@@ -137,6 +137,7 @@ def test_simulator_is_calibrated_to_vanilla_and_set_beside_the_trainer():
               "rl": {"group_size": 8},
               "selection": {"rollout_batch_size": 24, "min_pass_size": 4, "max_passes": 6}}
     sim = compare_strategies.simulate(runs, config)
+    assert sim["reference"] == "vanilla"
     assert sim["fractions"]["solved"] == pytest.approx(0.3) and sim["fractions"]["never"] == pytest.approx(0.4)
     assert sum(sim["fractions"].values()) == pytest.approx(1.0)
     rows = sim["strategies"]

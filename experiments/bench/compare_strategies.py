@@ -188,7 +188,8 @@ def simulate(runs: dict[str, dict[int, list[dict]]], config: dict) -> dict:
     all-correct / all-incorrect shares vanilla GRPO measured over the second half of its runs, and the
     task's pool, batch, G, pass sizing and steps. Returns per strategy the simulated responses, the
     trainer's, each as a ratio to ds_fixed's, and the simulated efficiency vs the oracle."""
-    reference = runs.get("vanilla") or runs[BASELINE]
+    reference_name = "vanilla" if runs.get("vanilla") else BASELINE
+    reference = runs[reference_name]
     shares = []
     for records in reference.values():
         steps = [r for r in records if r.get("step", 0) > 0]
@@ -220,7 +221,8 @@ def simulate(runs: dict[str, dict[int, list[dict]]], config: dict) -> dict:
                          "trainer_vs_ds_fixed": base_real / real,
                          "sim_efficiency_vs_oracle": (base_sim - sim) / (base_sim - oracle) if comparable
                          else float("nan")}
-    return {"fractions": fractions, "settings": dataclasses.asdict(settings), "oracle_responses": oracle,
+    return {"fractions": fractions, "reference": reference_name, "settings": dataclasses.asdict(settings),
+            "oracle_responses": oracle,
             "oracle_vs_ds_fixed": base_sim / oracle, "strategies": rows}
 
 

@@ -110,7 +110,8 @@ def markdown_tables(result: dict) -> str:
 
 def simulator_table(sim: dict) -> str:
     f = sim["fractions"]
-    lines = [f"**The simulator beside the trainer** (population calibrated to vanilla's late all-correct "
+    reference = sim.get("reference", "vanilla")  # reports written before the key existed used vanilla
+    lines = [f"**The simulator beside the trainer** (population calibrated to {reference}'s late all-correct "
              f"{f['solved']:.2f} / all-incorrect {f['never']:.2f} shares; whole runs; the oracle would need "
              f"{sim['oracle_vs_ds_fixed']:.2f}x fewer responses than ds_fixed)", "",
              "| strategy | simulated responses | simulated ds_fixed / this | trainer responses | "
