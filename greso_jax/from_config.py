@@ -80,15 +80,24 @@ def prompt_levels(rows) -> np.ndarray:
     return levels
 
 
+def _arith_settings(data) -> dict:
+    return {"arith_num_train": data.arith_num_train, "arith_num_heldout": data.arith_num_heldout,
+            "arith_seed": data.arith_seed, "arith_level_weights": tuple(data.arith_level_weights)}
+
+
+def train_rows_from_config(config) -> PromptRows:
+    """The training rows the config names (without loading any evaluation set)."""
+    d = config.data
+    path = catalog.training_file(d.dataset, d.data_dir) if d.dataset else d.path
+    return load_source(source=d.source, path=path, skip_bad_rows=d.skip_bad_rows, level_field=d.level_field,
+                       **_arith_settings(d))
+
+
 def rows_from_config(config) -> tuple[PromptRows, dict[str, PromptRows]]:
     """The training rows and the evaluation sets {name: rows} the config names. "synthetic" (the
     arithmetic held-out pool) is evaluated only on arithmetic runs: other data has no such pool."""
     d = config.data
-    arith = {"arith_num_train": d.arith_num_train, "arith_num_heldout": d.arith_num_heldout,
-             "arith_seed": d.arith_seed, "arith_level_weights": tuple(d.arith_level_weights)}
-    path = catalog.training_file(d.dataset, d.data_dir) if d.dataset else d.path
-    train = load_source(source=d.source, path=path, skip_bad_rows=d.skip_bad_rows, level_field=d.level_field, **arith)
     benchmarks = [b for b in config.eval.benchmarks
                   if b != "synthetic" or (d.source == "arith" and d.arith_num_heldout)]
-    return train, load_eval_sets(benchmarks, data_dir=config.eval.data_dir, max_problems=config.eval.max_problems,
-                                 **arith)
+    return train_rows_from_config(config), load_eval_sets(
+        benchmarks, data_dir=config.eval.data_dir, max_problems=config.eval.max_problems, **_arith_settings(d))

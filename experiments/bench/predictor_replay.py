@@ -40,9 +40,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-from greso_jax.from_config import prompt_levels, rows_from_config  # noqa: E402
+from greso_jax.from_config import prompt_levels, train_rows_from_config  # noqa: E402
 from greso_jax.metrics import read_group_trace  # noqa: E402
-from greso_jax.selection import make_selector  # noqa: E402
+from greso_jax.selection import STRATEGIES, make_selector  # noqa: E402
 from greso_jax.selection.posterior import zero_variance_chance  # noqa: E402
 
 KEEP_SHARES = (0.1, 0.2, 0.35, 0.5)
@@ -54,7 +54,7 @@ class SelectorScores:
 
     def __init__(self, strategy: str, score: Callable, *, num_prompts: int, group_size: int, levels, settings=None,
                  probability: bool = False):
-        extras = {"prompt_levels": levels} if strategy == "posterior" else {}
+        extras = {"prompt_levels": levels} if STRATEGIES.get(strategy).uses_prompt_levels else {}
         self.selector = make_selector(strategy, num_prompts=num_prompts, group_size=group_size, seed=0,
                                       settings=settings, **extras)
         self._score, self.probability = score, probability
@@ -106,8 +106,7 @@ def load_run(workdir: str) -> tuple[list[dict], np.ndarray, int]:
     trace = read_group_trace(workdir)
     with open(os.path.join(workdir, "config.json")) as f:
         config = ml_collections.ConfigDict(json.load(f))
-    rows, _ = rows_from_config(config)
-    return trace, prompt_levels(rows), int(config.rl.group_size)
+    return trace, prompt_levels(train_rows_from_config(config)), int(config.rl.group_size)
 
 
 def replay(trace: list[dict], levels: np.ndarray, group_size: int, names=None) -> dict[str, dict]:
@@ -279,8 +278,8 @@ def main(argv=None) -> int:
         print("By the outcome of the prompt's previous group:\n\n| steps | previous | groups per step | informative | "
               "median steps since |\n|---|---|---|---|---|")
         for row in by_previous_outcome(trace):
-            print(f"| {row['steps']} | {row['previous']} | {row['groups_per_step']:.1f} | {_cell(row['informative'])} | "
-                  f"{_cell(row['median_gap'])} |")
+            print(f"| {row['steps']} | {row['previous']} | {row['groups_per_step']:.1f} | "
+                  f"{_cell(row['informative'])} | {_cell(row['median_gap'])} |")
         print()
     everything = pooled(runs)
     rows = summarize(everything)
