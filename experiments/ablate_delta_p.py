@@ -33,7 +33,7 @@ if REPO_ROOT not in sys.path:  # run as a script from anywhere: greso_jax is the
 
 from experiments.sweep import (absolute_config, is_finished, run_logged, shared_warmstart,  # noqa: E402
                                train_command)
-from greso_jax.metrics import format_table, read_lines  # noqa: E402
+from greso_jax.run.records import format_table, read_lines  # noqa: E402
 
 TABLE_COLUMNS = ["delta_p", "steps", "accuracy_before", "accuracy_final", "responses_generated",
                  "prompts_skipped", "mean_effective_batch", "p_easy_epoch_1", "p_hard_epoch_1", "final_p_easy",

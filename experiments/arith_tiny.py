@@ -8,12 +8,12 @@ Variants (comma-separated, e.g. `experiments/arith_tiny.py:ds,quick`):
   quick     a short smoke run (short warm start, 20 steps; about 2 minutes on a 2-core CPU)
 """
 
-from greso_jax import configs
+from greso_jax.config import get_config as base_config
 from greso_jax.selection import resolve_strategy, training_strategy_names
 
 
 def get_config(variant: str = "greso"):
-    c = configs.get_config()
+    c = base_config()
     options = [v.strip() for v in (variant or "greso").split(",") if v.strip()]
     strategies = training_strategy_names()
     unknown = [v for v in options if v not in strategies and v != "quick"]

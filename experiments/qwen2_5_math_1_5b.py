@@ -7,7 +7,7 @@ rollout batch 384, prompt/response 1536/2560 tokens). Variants: greso (default) 
     --workdir runs/qwen2_5_math_1_5b_greso
 """
 
-from greso_jax.paper_setups import paper_config
+from greso_jax.config.paper_setups import paper_config
 
 
 def get_config(variant: str = "greso"):

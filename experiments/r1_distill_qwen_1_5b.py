@@ -7,7 +7,7 @@ rollout batch 192, prompt/response 2048/6144 tokens). Variants: greso (default) 
     --workdir runs/r1_distill_qwen_1_5b_greso
 """
 
-from greso_jax.paper_setups import paper_config
+from greso_jax.config.paper_setups import paper_config
 
 
 def get_config(variant: str = "greso"):

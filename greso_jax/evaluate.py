@@ -4,7 +4,7 @@
   python -m greso_jax.evaluate --checkpoint /models/Qwen2.5-Math-1.5B \
       --config experiments/qwen2_5_math_1_5b.py --data_dir ../shared/data --output results.json
 
-Sampling and grading are `greso_jax.benchmark_scoring.sample_and_grade`, the code the trainer runs
+Sampling and grading are `greso_jax.run.scoring.sample_and_grade`, the code the trainer runs
 every eval.every_steps; with the run's own settings and seed (the defaults) a workdir step
 reproduces the in-training evaluation of that step.
 """
@@ -20,13 +20,13 @@ from typing import Sequence
 import ml_collections
 import numpy as np
 
-from greso_jax import configs
-from greso_jax.benchmark_scoring import EVAL_SEED_OFFSET as TRAINER_EVAL_SEED_OFFSET
-from greso_jax.benchmark_scoring import sample_and_grade, summarize
-from greso_jax.checkpoint import CHECKPOINTS_FOLDER, CheckpointError, choose_restore_step, read_step_meta, step_damage
-from greso_jax.from_config import decode_schedule
-from greso_jax.paper_setups import PAPER_BENCHMARKS
-from greso_jax.run_dir import with_todays_defaults
+from greso_jax.config import ConfigError, get_config, validate
+from greso_jax.run.scoring import EVAL_SEED_OFFSET as TRAINER_EVAL_SEED_OFFSET
+from greso_jax.run.scoring import sample_and_grade, summarize
+from greso_jax.run.checkpoint import CHECKPOINTS_FOLDER, CheckpointError, choose_restore_step, read_step_meta, step_damage
+from greso_jax.run.build import decode_schedule
+from greso_jax.config.paper_setups import PAPER_BENCHMARKS
+from greso_jax.run.run_dir import with_todays_defaults
 
 
 class EvaluateError(ValueError):
@@ -75,7 +75,7 @@ def resolve_checkpoint(path: str, log=print) -> CheckpointSource:
 def _hf_folder_defaults() -> ml_collections.ConfigDict:
     """Settings for a bare Hugging Face folder evaluated without --config: the paper's evaluation
     protocol (4 samples, temperature 1.0, top-p 0.7, GRESO prompt) on its six benchmarks."""
-    c = configs.get_config()
+    c = get_config()
     c.model.tokenizer = "hf"
     c.data.prompt_template = "greso"
     c.data.max_prompt_length = 1536
@@ -113,8 +113,8 @@ def _validate_for_evaluation(config: ml_collections.ConfigDict) -> None:
     checked = copy.deepcopy(config)
     checked.data.source, checked.data.path = "arith", ""
     try:
-        configs.validate(checked)
-    except configs.ConfigError as e:
+        validate(checked)
+    except ConfigError as e:
         raise EvaluateError(str(e)) from None
 
 
@@ -196,7 +196,7 @@ def evaluate(checkpoint: str, *, config=None, benchmarks: Sequence[str] | None =
     from greso_jax.data.prompts import format_prompt
     from greso_jax.data.sources import DataError, load_eval_sets
     from greso_jax.parallel.sharding import mesh_from_config
-    from greso_jax.policy import build_tokenizer, load_policy
+    from greso_jax.run.build import build_tokenizer, load_policy
     from greso_jax.rewards.pool import GradingPool
 
     source = resolve_checkpoint(checkpoint, log=log)
@@ -245,7 +245,7 @@ def evaluate(checkpoint: str, *, config=None, benchmarks: Sequence[str] | None =
 
 
 def results_table(results: dict) -> str:
-    from greso_jax.metrics import format_table
+    from greso_jax.run.records import format_table
 
     rates = list(results["average"])
     rows = [{"benchmark": name, "problems": m["num_problems"], **{k: round(m[k], 4) for k in rates}}
@@ -310,7 +310,7 @@ def main(argv) -> None:
 
 
 def run() -> None:
-    from greso_jax import cli  # defines --verbose
+    from greso_jax.run import cli  # defines --verbose
 
     _define_flags()
     cli.run(main, user_errors=(EvaluateError,))  # user errors: one line, exit 2

@@ -23,8 +23,8 @@ import sys
 
 import ml_collections
 
-from greso_jax.checkpoint import CheckpointError, checkpoint_dir, choose_restore_step, finished_steps, step_damage
-from greso_jax.configs import DTYPES
+from greso_jax.run.checkpoint import CheckpointError, checkpoint_dir, choose_restore_step, finished_steps, step_damage
+from greso_jax.config import DTYPES
 
 # the files a Hugging Face tokenizer folder may hold (transformers writes the chat template to its own file)
 HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
@@ -76,10 +76,10 @@ def load_exported_policy(workdir: str, step: int, config):
     the export gathers every parameter on this host anyway."""
     import jax
 
-    from greso_jax.checkpoint import CheckpointError
+    from greso_jax.run.checkpoint import CheckpointError
     from greso_jax.models import PRESETS
     from greso_jax.parallel import make_mesh
-    from greso_jax.policy import load_policy
+    from greso_jax.run.build import load_policy
 
     if not config.model.path and config.model.preset not in PRESETS:
         raise ExportError(f"model.preset: {config.model.preset!r} (from {workdir}/config.json) is not one of "
@@ -138,7 +138,7 @@ def export(workdir: str, out: str, *, step: int | None = None, dtype: str | None
 
 def _export(workdir: str, out: str, *, step: int | None, dtype: str | None, log) -> tuple[str, int]:
     """`export`, also returning the step it exported (checking a step's files costs a pass over them)."""
-    from greso_jax.policy import build_tokenizer
+    from greso_jax.run.build import build_tokenizer
 
     workdir, out = os.path.abspath(workdir), os.path.abspath(out)
     if not os.path.isdir(workdir):

@@ -7,7 +7,7 @@ import os
 from absl import flags, logging
 from ml_collections import config_flags
 
-from greso_jax import cli
+from greso_jax.run import cli
 from greso_jax.parallel.distributed import initialize_from_flags  # defines the multi-host flags
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (…/x.py[:variant]).",
@@ -21,8 +21,8 @@ def main(argv) -> None:
     del argv
     logging.set_verbosity(logging.WARNING)  # orbax logs every checkpoint file at INFO
     initialize_from_flags()
-    from greso_jax.run_dir import RunDirError
-    from greso_jax.trainer import Trainer
+    from greso_jax.run.run_dir import RunDirError
+    from greso_jax.run.trainer import Trainer
 
     if os.path.exists(_WORKDIR.value) and not os.path.isdir(_WORKDIR.value):
         raise RunDirError(f"--workdir: {_WORKDIR.value} exists and is not a folder")

@@ -55,7 +55,7 @@ def warm_policy(tmp_path_factory):
     import trainer_config
     from greso_jax.data.sources import load_source
     from greso_jax.parallel import make_mesh
-    from greso_jax.policy import build_policy, build_tokenizer
+    from greso_jax.run.build import build_policy, build_tokenizer
 
     config = trainer_config.get_config("greso")
     config.train.warmstart_steps, config.train.warmstart_learning_rate = 300, 3e-3

@@ -111,14 +111,14 @@ def test_parser_rejects_malformed_prompts():
 
 
 def test_config_level_weights_reach_both_pools():
-    from greso_jax import configs
-    from greso_jax.from_config import rows_from_config
+    from greso_jax.config import ConfigError, get_config, validate
+    from greso_jax.run.build import rows_from_config
 
-    config = configs.get_config()
+    config = get_config()
     config.data.arith_num_train, config.data.arith_num_heldout = 200, 50
     config.data.arith_level_weights = (0, 0, 0, 0, 0, 0, 0, 1)  # only two-digit products
-    train, evals = rows_from_config(configs.validate(config))
+    train, evals = rows_from_config(validate(config))
     assert {row.difficulty for row in train} == {row.difficulty for row in evals["synthetic"]} == {7}
     config.data.arith_level_weights = (1, 2)
-    with pytest.raises(configs.ConfigError, match=r"data.arith_level_weights: need one weight per level \(8"):
-        configs.validate(config)
+    with pytest.raises(ConfigError, match=r"data.arith_level_weights: need one weight per level \(8"):
+        validate(config)

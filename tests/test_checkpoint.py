@@ -8,14 +8,14 @@ import optax
 import pytest
 import trainer_config
 
-from greso_jax.checkpoint import (Checkpointer, CheckpointError, NonFiniteCheckpointError, checkpoint_dir,
+from greso_jax.run.checkpoint import (Checkpointer, CheckpointError, NonFiniteCheckpointError, checkpoint_dir,
                                   latest_step, restore_params, restore_run_state, save_run_state)
 from greso_jax.data.pipeline import PromptPipeline
 from greso_jax.data.sources import load_source
 from greso_jax.models import abstract_model, init_model, param_shardings, place_on_mesh
 from greso_jax.parallel import make_mesh
-from greso_jax.policy import build_tokenizer, model_config
-from greso_jax.from_config import learner_from_config, selector_from_config
+from greso_jax.run.build import build_tokenizer, model_config
+from greso_jax.run.build import learner_from_config, selector_from_config
 
 
 def _train_state():

@@ -5,7 +5,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from greso_jax.compile_time import compile_seconds
+from greso_jax.run.timers import compile_seconds
 
 
 def test_a_new_program_adds_compile_time_and_a_cached_call_does_not():

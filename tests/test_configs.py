@@ -2,7 +2,7 @@
 
 import pytest
 
-from greso_jax.configs import ConfigError, get_config, validate
+from greso_jax.config import ConfigError, get_config, validate
 
 
 def _node(config, dotted):

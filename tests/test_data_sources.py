@@ -179,7 +179,7 @@ def test_a_parquet_mixture_gets_one_level_per_data_source(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from greso_jax.from_config import prompt_levels
+    from greso_jax.run.build import prompt_levels
 
     row = lambda source: {"prompt": [{"role": "user", "content": "q"}], "data_source": source,  # noqa: E731
                           "reward_model": {"ground_truth": "3", "style": "rule"}}

@@ -13,7 +13,7 @@ import pytest
 from conftest import make_hf_checkpoint
 from greso_jax.evaluate import (EvaluateError, average_metrics, benchmark_metrics, evaluate, resolve_checkpoint,
                                 results_table)
-from greso_jax.benchmark_scoring import pass_at_k, summarize
+from greso_jax.run.scoring import pass_at_k, summarize
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 REAL_BENCHMARKS = ("math500", "aime24", "amc23", "minerva_math", "olympiadbench", "gaokao2023en", "gsm8k")
@@ -204,10 +204,10 @@ def test_a_run_saved_before_a_field_existed_is_evaluated_at_its_default(tmp_path
     today's default instead of failing on the missing key."""
     import json
 
-    from greso_jax import configs
+    from greso_jax.config import get_config
     from greso_jax.evaluate import CheckpointSource, run_config
 
-    saved = json.loads(configs.get_config().to_json_best_effort())
+    saved = json.loads(get_config().to_json_best_effort())
     del saved["sampling"]["compact_shrink"], saved["sampling"]["min_compact_rows"]
     saved["sampling"]["temperature"] = 0.7
     (tmp_path / "config.json").write_text(json.dumps(saved))
@@ -222,15 +222,15 @@ def test_workdir_checkpoint_restores_the_trained_parameters(tmp_path):
     import jax
     import jax.numpy as jnp
 
-    from greso_jax.benchmark_scoring import sample_and_grade
-    from greso_jax.checkpoint import Checkpointer
+    from greso_jax.run.scoring import sample_and_grade
+    from greso_jax.run.checkpoint import Checkpointer
     from greso_jax.data.sources import load_benchmark
     from greso_jax.evaluate import TRAINER_EVAL_SEED_OFFSET, run_config
     from greso_jax.models import PRESETS, init_model
     from greso_jax.parallel import make_mesh
-    from greso_jax.policy import build_tokenizer, load_policy
+    from greso_jax.run.build import build_tokenizer, load_policy
     from greso_jax.rewards.pool import GradingPool
-    from greso_jax.from_config import learner_from_config
+    from greso_jax.run.build import learner_from_config
 
     sys.path.insert(0, os.path.join(ROOT, "experiments"))
     try:

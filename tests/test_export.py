@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 from greso_jax import export as export_mod
-from greso_jax.from_config import rows_from_config
-from greso_jax.policy import build_tokenizer
+from greso_jax.run.build import rows_from_config
+from greso_jax.run.build import build_tokenizer
 from greso_jax.data.prompts import format_prompt
 from greso_jax.models import safetensors_io
 from greso_jax.sampling import generate
-from greso_jax.trainer import Trainer
+from greso_jax.run.trainer import Trainer
 
 sys.path.insert(0, os.path.dirname(__file__))
 import trainer_config  # noqa: E402

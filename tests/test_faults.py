@@ -14,10 +14,10 @@ import time
 import numpy as np
 import pytest
 
-from greso_jax.checkpoint import CheckpointError, checkpoint_dir, choose_restore_step
-from greso_jax.metrics import read_metrics
-from greso_jax.run_dir import RunDirError, WorkdirLock, open_run_dir
-from greso_jax.trainer import Trainer
+from greso_jax.run.checkpoint import CheckpointError, checkpoint_dir, choose_restore_step
+from greso_jax.run.records import read_metrics
+from greso_jax.run.run_dir import RunDirError, WorkdirLock, open_run_dir
+from greso_jax.run.trainer import Trainer
 
 HERE = os.path.dirname(__file__)
 ROOT = os.path.dirname(HERE)
@@ -99,7 +99,7 @@ def test_second_writer_refuses_naming_the_holder_and_a_stale_lock_is_taken_over(
     finally:
         lock.release()
     # A holder killed without releasing: the kernel dropped its flock, the file still names it.
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from greso_jax.run_dir import WorkdirLock; "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from greso_jax.run.run_dir import WorkdirLock; "
                                f"WorkdirLock({str(workdir)!r}); print('held', flush=True); time.sleep(600)"],
                               env=ENV, stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"

@@ -12,11 +12,11 @@ import shutil
 
 import pytest
 
-from greso_jax import configs
+from greso_jax.config import ConfigError, get_config, validate
 from greso_jax.data import catalog, fetch
 from greso_jax.data.sources import DataError, load_benchmark
-from greso_jax.files import sha256_of
-from greso_jax.from_config import rows_from_config
+from greso_jax.core.files import sha256_of
+from greso_jax.run.build import rows_from_config
 
 ALL_FILES = [(name, f) for name, d in catalog.DATASETS.items() for f in d.files]
 
@@ -117,27 +117,27 @@ def test_fetch_list_shows_presence_and_pinning(shared_data, capsys):
 
 
 def test_a_named_training_set_resolves_through_data_dir_or_GRESO_DATA(shared_data, tmp_path, monkeypatch):
-    c = configs.get_config()
+    c = get_config()
     c.data.source, c.data.dataset = "parquet", "dapo_math17k"
     monkeypatch.setenv("GRESO_DATA", shared_data)
-    configs.validate(c)
+    validate(c)
     rows, _ = rows_from_config(c)
     assert len(rows) == 17917 and rows.path == os.path.join(shared_data, "dapo_math17k_cleaned", "train.parquet")
     assert len(load_benchmark("gaokao2023en", "")) == 385  # eval.data_dir "" reads the same folder
 
     monkeypatch.setenv("GRESO_DATA", str(tmp_path / "empty"))
-    with pytest.raises(configs.ConfigError, match=r"^data\.dataset: .*empty/dapo_math17k_cleaned/train\.parquet: "
+    with pytest.raises(ConfigError, match=r"^data\.dataset: .*empty/dapo_math17k_cleaned/train\.parquet: "
                                                   r"not found; fetch it with `python -m greso_jax\.data\.fetch "
                                                   r"dapo_math17k`$"):
-        configs.validate(c)
+        validate(c)
     c.data.data_dir = shared_data
-    configs.validate(c)
+    validate(c)
     c.data.source = "jsonl"
-    with pytest.raises(configs.ConfigError, match="data.source: .*is a parquet set"):
-        configs.validate(c)
+    with pytest.raises(ConfigError, match="data.source: .*is a parquet set"):
+        validate(c)
     c.data.dataset = "aime24"
-    with pytest.raises(configs.ConfigError, match="data.dataset: must be '' or one of dapo_math17k, gsm8k"):
-        configs.validate(c)
+    with pytest.raises(ConfigError, match="data.dataset: must be '' or one of dapo_math17k, gsm8k"):
+        validate(c)
 
 
 def test_a_missing_benchmark_names_the_file_and_the_fetch_command(tmp_path):

@@ -1,10 +1,10 @@
 """from_config: the experiment config maps onto the learner's and the sampler's explicit settings."""
 
-from greso_jax.configs import get_config
+from greso_jax.config import get_config
 import numpy as np
 
 from greso_jax.data.rows import PromptRow
-from greso_jax.from_config import (learner_from_config, loss_config, optimizer_settings, prompt_levels, sampling_kwargs,
+from greso_jax.run.build import (learner_from_config, loss_config, optimizer_settings, prompt_levels, sampling_kwargs,
                                    selector_from_config)
 from greso_jax.models import PRESETS, init_model
 from greso_jax.rl.losses import LossConfig

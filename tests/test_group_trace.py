@@ -4,9 +4,9 @@ metrics, and is cut back to the resumed step like metrics.jsonl."""
 import numpy as np
 import pytest
 
-from greso_jax.metrics import GroupTraceWriter, read_group_trace, read_metrics
+from greso_jax.run.records import GroupTraceWriter, read_group_trace, read_metrics
 from greso_jax.selection.groups import Group
-from greso_jax.trainer import Trainer
+from greso_jax.run.trainer import Trainer
 
 import trainer_config
 

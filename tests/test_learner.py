@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from greso_jax.configs import get_config
-from greso_jax.from_config import learner_from_config
+from greso_jax.config import get_config
+from greso_jax.run.build import learner_from_config
 from greso_jax.models import PRESETS, init_model
 from greso_jax.rl import compute_advantages, make_train_batch
 from greso_jax.rl.logprobs import token_logprobs

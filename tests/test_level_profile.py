@@ -52,7 +52,7 @@ def test_run_dir_profiles_a_checkpointed_step_and_names_a_missing_one(tmp_path, 
 
     sys.path.insert(0, os.path.dirname(__file__))
     import trainer_config
-    from greso_jax.trainer import Trainer
+    from greso_jax.run.trainer import Trainer
 
     config = trainer_config.get_config(f"vanilla,{warm_policy}")
     config.train.num_steps = 2
@@ -67,7 +67,7 @@ def test_run_dir_profiles_a_checkpointed_step_and_names_a_missing_one(tmp_path, 
     assert levels and set(levels) <= set(range(8))
     heldout = subprocess.run(args + ["--step=2", "--heldout"], capture_output=True, text=True, timeout=300)
     assert heldout.returncode == 0, heldout.stderr[-2000:]
-    from greso_jax.from_config import rows_from_config
+    from greso_jax.run.build import rows_from_config
 
     pool = rows_from_config(config)[1]["synthetic"]
     expected = {level: min(4, n) for level, n in collections.Counter(row.difficulty for row in pool).items()}

@@ -5,9 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from greso_jax import configs
+from greso_jax.config import get_config, selection_field_docs, validate
 from greso_jax.selection import OUTCOME_NONE, MoppsSelector, make_selector, mopps
-from greso_jax.specs import ConfigError
+from greso_jax.core.specs import ConfigError
 
 
 def test_decayed_posterior_matches_hand_computation():
@@ -135,22 +135,22 @@ def test_state_round_trip_restores_posteriors_and_decisions():
 def test_bad_settings_name_the_field(field, value):
     with pytest.raises(ConfigError, match=rf"^selection[.]mopps[.]{field}:"):
         make_selector("mopps", num_prompts=10, group_size=8, seed=0, settings={field: value})
-    config = configs.get_config()
+    config = get_config()
     config.selection.strategy = "mopps"
     with config.selection.mopps.ignore_type():
         config.selection.mopps[field] = value
     with pytest.raises(ConfigError, match=rf"^selection[.]mopps[.]{field}:"):
-        configs.validate(config)
+        validate(config)
 
 
 def test_config_section_validates_and_builds_the_selector():
-    config = configs.get_config()
+    config = get_config()
     config.selection.strategy = "mopps"
     config.selection.mopps.update(decay=0.5, candidate_ratio=8)
-    configs.validate(config)
+    validate(config)
     selector = make_selector("mopps", num_prompts=10, group_size=8, seed=0, settings=config.selection.mopps)
     assert (selector.decay, selector.candidate_ratio) == (0.5, 8.0)
-    assert "selection.mopps.target_rate" in [name for name, _, _ in configs.selection_field_docs()]
+    assert "selection.mopps.target_rate" in [name for name, _, _ in selection_field_docs()]
 
 
 def test_runs_through_the_step_driver_in_the_simulator(sim):

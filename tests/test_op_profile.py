@@ -9,8 +9,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from greso_jax import op_profile
-from greso_jax.op_profile import OTHER, OpEvent
+from greso_jax.core import op_profile
+from greso_jax.core.op_profile import OTHER, OpEvent
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

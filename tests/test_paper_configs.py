@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from greso_jax.configs import ConfigError, validate
+from greso_jax.config import ConfigError, validate
 from greso_jax.models import PRESETS
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
@@ -95,7 +95,7 @@ def test_command_line_loading_with_overrides(paths, shared_data):
         import sys
         from absl import flags
         from ml_collections import config_flags
-        from greso_jax.configs import validate
+        from greso_jax.config import validate
         config = config_flags.DEFINE_config_file("config")
         flags.FLAGS(sys.argv)
         c = validate(config.value)

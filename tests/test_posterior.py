@@ -4,7 +4,7 @@ threshold, pass sizing from the prediction, state; its known-rate bound."""
 import numpy as np
 import pytest
 
-from greso_jax.configs import ConfigError, get_config, validate
+from greso_jax.config import ConfigError, get_config, validate
 from greso_jax.selection import make_selector, run_selection_step
 from greso_jax.selection.posterior import zero_variance_chance
 

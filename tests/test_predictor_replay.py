@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from greso_jax.trainer import Trainer
+from greso_jax.run.trainer import Trainer
 
 import trainer_config
 

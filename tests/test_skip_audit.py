@@ -7,12 +7,12 @@ import sys
 import numpy as np
 import pytest
 
-from greso_jax.configs import ConfigError, validate
-from greso_jax.metrics import read_metrics
+from greso_jax.config import ConfigError, validate
+from greso_jax.run.records import read_metrics
 from greso_jax.selection import (OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_NONE, ScoredPass,
                                  make_selector)
-from greso_jax.skip_audit import SkipAudit
-from greso_jax.trainer import Trainer
+from greso_jax.run.skip_audit import SkipAudit
+from greso_jax.run.trainer import Trainer
 
 sys.path.insert(0, os.path.dirname(__file__))
 import trainer_config  # noqa: E402

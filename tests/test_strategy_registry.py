@@ -7,10 +7,10 @@ import pathlib
 import numpy as np
 import pytest
 
-from greso_jax import configs
+from greso_jax.config import get_config, selection_field_docs, validate
 from greso_jax.selection import (STRATEGIES, Selector, StrategySettings, make_selector, training_strategies)
-from greso_jax.specs import INT, ConfigError, Spec, field
-from greso_jax.trainer import Trainer
+from greso_jax.core.specs import INT, ConfigError, Spec, field
+from greso_jax.run.trainer import Trainer
 
 import trainer_config
 
@@ -49,15 +49,15 @@ def parity_registered():
 
 def test_registered_strategy_gets_a_validated_config_section(parity_registered):
     assert "parity" in training_strategies()
-    config = configs.get_config()
+    config = get_config()
     assert config.selection.parity.keep_remainder == 0
     config.selection.strategy = "parity"
-    configs.validate(config)
+    validate(config)
     config.selection.parity.keep_remainder = 2
     with pytest.raises(ConfigError, match=r"^selection\.parity\.keep_remainder:"):
-        configs.validate(config)
+        validate(config)
     assert ("selection.parity.keep_remainder", 0, "roll out prompts whose id % 2 equals this") in \
-        configs.selection_field_docs()
+        selection_field_docs()
 
 
 def test_registered_strategy_runs_a_trainer_step(parity_registered, tmp_path):
@@ -74,10 +74,10 @@ def test_unregistered_names_and_simulation_only_strategies_are_refused():
     assert "parity" not in STRATEGIES
     with pytest.raises(ValueError, match="unknown selection strategy 'parity'"):
         make_selector("parity", num_prompts=4, group_size=2, seed=0)
-    config = configs.get_config()
+    config = get_config()
     config.selection.strategy = "oracle"
     with pytest.raises(ConfigError, match="simulation-only"):
-        configs.validate(config)
+        validate(config)
 
 
 @pytest.mark.slow  # a trainer build and three steps (~20 s)

@@ -44,9 +44,9 @@ def test_trained_bpe_tokenizer_round_trips_and_serves_a_preset(tmp_path):
     """A tokenizer trained on prompts (for runs at a real shape with random weights) is a Hugging
     Face folder the trainer's "hf" tokenizer reads: ChatML template, EOS and padding ids, bytes
     round-trip, within the requested vocabulary."""
-    from greso_jax.configs import get_config, validate
+    from greso_jax.config import get_config, validate
     from greso_jax.models.tokenizer import train_bpe_tokenizer
-    from greso_jax.policy import build_tokenizer
+    from greso_jax.run.build import build_tokenizer
 
     texts = ["Find the sum of $x^2 + 3x$ when x = 4.", "Let n be a positive integer; compute n! mod 7.",
              "What is 12 * 17?"] * 20

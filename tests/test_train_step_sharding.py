@@ -14,8 +14,8 @@ SCRIPT = textwrap.dedent("""
     import jax
     import numpy as np
     from flax import nnx
-    from greso_jax.configs import get_config
-    from greso_jax.from_config import learner_from_config
+    from greso_jax.config import get_config
+    from greso_jax.run.build import learner_from_config
     from greso_jax.models import PRESETS, init_model
     from greso_jax.parallel import make_mesh
     from greso_jax.rl import make_train_batch

@@ -9,9 +9,9 @@ import time
 import numpy as np
 import pytest
 
-from greso_jax.configs import ConfigError
-from greso_jax.metrics import read_group_trace, read_metrics
-from greso_jax.trainer import Trainer
+from greso_jax.config import ConfigError
+from greso_jax.run.records import read_group_trace, read_metrics
+from greso_jax.run.trainer import Trainer
 
 HERE = os.path.dirname(__file__)
 CONFIG = os.path.join(HERE, "trainer_config.py")

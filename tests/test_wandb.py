@@ -1,4 +1,4 @@
-"""The Weights & Biases sink of greso_jax.metrics, run by the real wandb client in offline mode;
+"""The Weights & Biases sink of greso_jax.run.records, run by the real wandb client in offline mode;
 what it logged is read back from the offline run's transaction log with wandb's own protobufs."""
 
 import glob
@@ -15,9 +15,9 @@ wandb = pytest.importorskip("wandb", reason="wandb is an optional extra: pip ins
 
 from wandb.proto import wandb_internal_pb2  # noqa: E402
 
-from greso_jax import configs  # noqa: E402
-from greso_jax.metrics import MetricsWriter, WandbSink  # noqa: E402
-from greso_jax.trainer import Trainer  # noqa: E402
+from greso_jax.config import get_config  # noqa: E402
+from greso_jax.run.records import MetricsWriter, WandbSink  # noqa: E402
+from greso_jax.run.trainer import Trainer  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 import trainer_config  # noqa: E402
@@ -80,7 +80,7 @@ def offline(tmp_path, monkeypatch):
 
 
 def test_lines_reach_wandb_and_a_resumed_run_keeps_its_id(tmp_path, offline, monkeypatch):
-    config = configs.get_config()
+    config = get_config()
     config.logging.wandb, config.logging.wandb_project, config.logging.wandb_run_name = True, "greso-test", "run-a"
     workdir = str(tmp_path / "run")
     writer = MetricsWriter(workdir, tensorboard=False, config=config)
@@ -125,7 +125,7 @@ def test_the_trainer_logs_every_step_with_its_config(tmp_path, offline):
 
 def test_without_wandb_installed_the_error_says_how_to_install(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)  # what `import wandb` meets where it is not installed
-    config = configs.get_config()
+    config = get_config()
     config.logging.wandb = True
     with pytest.raises(ImportError, match=r"pip install -e \.\[wandb\]"):
         MetricsWriter(str(tmp_path), tensorboard=False, config=config)

@@ -9,14 +9,14 @@ import pytest
 import trainer_config
 from flax import nnx
 
-from greso_jax import policy
+from greso_jax.run import build
 from greso_jax.data import arith
 from greso_jax.data.arith import solution_text as arith_solution
 from greso_jax.data.sources import load_source
 from greso_jax.models import PRESETS, init_model
 from greso_jax.parallel import make_mesh
-from greso_jax.policy import build_policy, build_tokenizer
-from greso_jax.warmstart import (AccuracyBand, WarmStartError, cached_warmstart, draw_batch_rows, pack_examples,
+from greso_jax.run.build import build_policy, build_tokenizer
+from greso_jax.run.warmstart import (AccuracyBand, WarmStartError, cached_warmstart, draw_batch_rows, pack_examples,
                                  supervised_train)
 
 CFG = PRESETS["tiny-test"].replace(num_layers=1)
@@ -118,7 +118,7 @@ def test_build_policy_samples_the_first_training_rows_and_reports_where_it_stopp
         graded.append((list(validation), kwargs))
         return np.arange(8)[:, None] < 2 * len(graded)  # 2/8, then 4/8 correct
 
-    monkeypatch.setattr(policy, "sample_and_grade", sample_and_grade)
+    monkeypatch.setattr(build, "sample_and_grade", sample_and_grade)
     report = {}
     build_policy(c, build_tokenizer(c), rows, str(tmp_path / "run"), make_mesh(1, 1, 1), log=lambda *a: None,
                  report=report)
@@ -147,8 +147,8 @@ def _record_warmstart(monkeypatch, correct):
         taught.append(pairs)
         return cached_warmstart(model, pairs, **kwargs)
 
-    monkeypatch.setattr(policy, "sample_and_grade", sample_and_grade)
-    monkeypatch.setattr(policy, "cached_warmstart", spy)
+    monkeypatch.setattr(build, "sample_and_grade", sample_and_grade)
+    monkeypatch.setattr(build, "cached_warmstart", spy)
     return graded, taught
 
 
@@ -182,7 +182,7 @@ def test_level_weights_set_each_levels_share_of_the_supervised_draws(tmp_path, m
         drawn.append(kwargs["row_weights"])
         return cached_warmstart(model, pairs, **kwargs)
 
-    monkeypatch.setattr(policy, "cached_warmstart", spy)
+    monkeypatch.setattr(build, "cached_warmstart", spy)
     build_policy(c, build_tokenizer(c), rows, str(tmp_path), make_mesh(1, 1, 1), log=lambda *a: None)
     levels = np.array([row.difficulty for row in rows])
     assert {0, 1} < set(levels)  # other levels are in the pool, and get no draws

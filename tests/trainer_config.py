@@ -1,13 +1,13 @@
 """A seconds-scale trainer config for tests (tiny-test model, tiny arithmetic pool)."""
 
-from greso_jax import configs
+from greso_jax.config import get_config as base_config
 
 
 def get_config(strategy: str = "greso"):
     """`strategy` may carry a warm-started policy folder after a comma: "greso,/path/to/policy"
     (the folder comes from the `warm_policy` fixture; without it the policy is untrained)."""
     strategy, _, policy_path = (strategy or "greso").partition(",")
-    c = configs.get_config()
+    c = base_config()
     c.seed = 3
     c.model.preset = "tiny-test"
     c.data.source = "arith"

@@ -45,7 +45,7 @@ from experiments.bench.strategy_report import (limits_section, markdown_tables, 
 from experiments.bench.strategy_runs import (ADAPTIVE_DS, BASELINE, _number, accuracy_within,  # noqa: E402
                                              cost_to_target, run_stats, strategy_of)
 from experiments.sweep import absolute_config, is_finished, run_logged, shared_warmstart, train_command  # noqa: E402
-from greso_jax.metrics import read_lines  # noqa: E402
+from greso_jax.run.records import read_lines  # noqa: E402
 from greso_jax.selection import training_strategies  # noqa: E402
 
 AUDIT_FRACTION = 0.1

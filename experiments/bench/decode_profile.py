@@ -1,7 +1,7 @@
 """Decode profile: where one `generate` call's time goes, by part of the decode step.
 
 Traces one call with `jax.profiler` and attributes every op to the named scope the sampler gives it
-(`greso_jax.op_profile`): prefill, and per decode step qkv_projection, kv_cache_write, attention
+(`greso_jax.core.op_profile`): prefill, and per decode step qkv_projection, kv_cache_write, attention
 (prompt and response caches), out_projection, mlp, logits (final norm + unembedding), token_draw;
 `other` is the rest (the loop's bookkeeping, token writes, RNG keys, copies). Prints op time per
 decode step by scope and how much of the wall time some op was running: on a GPU, the idle rest is
@@ -53,7 +53,7 @@ def main(argv=None):
 
     import jax
 
-    from greso_jax import op_profile
+    from greso_jax.core import op_profile
     from greso_jax.models import PRESETS, init_model
     from greso_jax.sampling import generate, lower_generate
 

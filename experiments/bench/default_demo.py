@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from greso_jax.metrics import read_metrics
+from greso_jax.run.records import read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

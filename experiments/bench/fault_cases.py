@@ -37,7 +37,7 @@ import textwrap
 import time
 from typing import Callable
 
-from greso_jax.files import sha256_of
+from greso_jax.core.files import sha256_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join(ROOT, "tests", "trainer_config.py")

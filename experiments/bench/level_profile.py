@@ -27,13 +27,13 @@ import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
-from greso_jax.benchmark_scoring import sample_and_grade
-from greso_jax.checkpoint import checkpoint_dir, latest_step
-from greso_jax.configs import validate
+from greso_jax.run.scoring import sample_and_grade
+from greso_jax.run.checkpoint import checkpoint_dir, latest_step
+from greso_jax.config import validate
 from greso_jax.data import arith
-from greso_jax.from_config import rows_from_config
+from greso_jax.run.build import rows_from_config
 from greso_jax.parallel.sharding import mesh_from_config
-from greso_jax.policy import build_policy, build_tokenizer, load_policy
+from greso_jax.run.build import build_policy, build_tokenizer, load_policy
 from greso_jax.rewards.pool import GradingPool
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "experiment config (its warm start is used)")

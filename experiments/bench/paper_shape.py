@@ -31,7 +31,7 @@ from greso_jax.data.catalog import data_root  # noqa: E402
 from greso_jax.data.sources import load_verl_parquet  # noqa: E402
 from greso_jax.models import PRESETS  # noqa: E402
 from greso_jax.models.tokenizer import train_bpe_tokenizer  # noqa: E402
-from greso_jax.trainer import Trainer  # noqa: E402
+from greso_jax.run.trainer import Trainer  # noqa: E402
 
 DAPO = "dapo_math17k_cleaned/train.parquet"
 SPLIT = ("time/rollout", "time/reward", "time/update")

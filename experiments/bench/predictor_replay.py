@@ -40,8 +40,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-from greso_jax.from_config import prompt_levels, train_rows_from_config  # noqa: E402
-from greso_jax.metrics import read_group_trace  # noqa: E402
+from greso_jax.run.build import prompt_levels, train_rows_from_config  # noqa: E402
+from greso_jax.run.records import read_group_trace  # noqa: E402
 from greso_jax.selection import STRATEGIES, make_selector  # noqa: E402
 from greso_jax.selection.posterior import zero_variance_chance  # noqa: E402
 

@@ -31,10 +31,10 @@ import time
 import jax
 import numpy as np
 
-from greso_jax import policy
+from greso_jax.run import build
 from greso_jax.data import arith
 from greso_jax.data.prompts import format_prompt
-from greso_jax.from_config import sampling_kwargs
+from greso_jax.run.build import sampling_kwargs
 from greso_jax.models import init_model
 from greso_jax.parallel import multihost
 from greso_jax.rewards.pool import GradingPool, score_across_hosts
@@ -90,8 +90,8 @@ def main() -> None:
     args = parser.parse_args()
 
     config = load_config(args.config)
-    tokenizer = policy.build_tokenizer(config)
-    model = init_model(policy.model_config(config), seed=config.seed)
+    tokenizer = build.build_tokenizer(config)
+    model = init_model(build.model_config(config), seed=config.seed)
     group = int(config.rl.group_size)
     kwargs = sampling_kwargs(config)
     counts = [int(n) for n in args.prompts.split(",")]

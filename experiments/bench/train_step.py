@@ -17,8 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from greso_jax.configs import get_config
-from greso_jax.from_config import learner_from_config
+from greso_jax.config import get_config
+from greso_jax.run.build import learner_from_config
 from greso_jax.models import PRESETS, count_parameters, init_model
 from greso_jax.rl import make_train_batch
 

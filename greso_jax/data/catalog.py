@@ -4,7 +4,7 @@ A data folder has the layout of ../shared/data (docs/data.md): `<set>/test.jsonl
 benchmarks, `gsm8k/train.jsonl` and `dapo_math17k_cleaned/train.parquet` for training.
 The folder is `data.data_dir` / `eval.data_dir` when set, else `$GRESO_DATA`, else the
 user's cache (`$XDG_CACHE_HOME/greso_jax/data`, default `~/.cache/greso_jax/data`).
-`python -m greso_jax.data.fetch` fills it. Stdlib only: configs.validate imports it.
+`python -m greso_jax.data.fetch` fills it. Stdlib only: config.validation imports it.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import tempfile
 import urllib.request
 
 from greso_jax.data.catalog import DATASETS, GROUPS, DataFile, Upstream, data_root
-from greso_jax.files import sha256_of
+from greso_jax.core.files import sha256_of
 
 
 class FetchError(RuntimeError):

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from greso_jax.specs import ConfigError
+from greso_jax.core.specs import ConfigError
 
 MESH_AXES = ("data", "fsdp", "tensor")
 

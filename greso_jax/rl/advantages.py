@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from greso_jax.registry import Registry
+from greso_jax.core.registry import Registry
 
 # An estimator maps (GroupStats, *, xp, eps) to the per-group divisor [N]; xp is numpy or
 # jax.numpy, whichever the rewards came in, so one definition serves host and traced code. An

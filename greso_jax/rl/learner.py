@@ -4,7 +4,7 @@ One compiled call is one optimiser update on one mini-batch: its micro-batches a
 inside (exact gradient accumulation), parameters and optimiser state are donated and come back
 with the shardings their logical axes ask for, and a non-finite loss or gradient leaves them
 unchanged. The reference policy (KL term) is evaluated once per `update` call, and only when
-the loss's kl_coef > 0. Every setting is an explicit argument (greso_jax.from_config maps the
+the loss's kl_coef > 0. Every setting is an explicit argument (greso_jax.run.build maps the
 experiment config onto them).
 """
 

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
-from greso_jax.registry import Registry
+from greso_jax.core.registry import Registry
 
 # (float mask [B, T], token_sum_norm) -> (per-token weights [B, T], denominator scalar)
 LOSS_AGGREGATIONS: Registry = Registry("loss aggregation")
@@ -26,7 +26,7 @@ KL_ESTIMATORS: Registry = Registry("KL estimator")
 
 @dataclasses.dataclass(frozen=True)
 class LossConfig:
-    """Static loss hyper-parameters (greso_jax.from_config maps config.rl onto them); `token_sum_norm` is
+    """Static loss hyper-parameters (greso_jax.run.build maps config.rl onto them); `token_sum_norm` is
     Dr. GRPO's constant C."""
 
     aggregation: str = "token-mean"

@@ -125,7 +125,7 @@ def decode_step(model, tokens, prompt_cache, response_cache, prompt_lengths, slo
     rope = model.rope(positions, max_position=prompt_cache[0].v.shape[2] + offset + response_cache[0].v.shape[3])
     updated = []
     earlier = [()] * len(model.layers) if earlier is None else earlier
-    # The named scopes label the HLO for `greso_jax.op_profile` (experiments/bench/decode_profile.py).
+    # The named scopes label the HLO for `greso_jax.core.op_profile` (experiments/bench/decode_profile.py).
     for layer, prompt, response, before in zip(model.layers, prompt_cache, response_cache, earlier):
         with jax.named_scope("qkv_projection"):
             q, k, v = layer.attn.project_qkv(layer.input_norm(x), rope)

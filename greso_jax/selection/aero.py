@@ -42,7 +42,7 @@ from greso_jax.selection import counter_rng
 from greso_jax.selection.base import PassConfig, Selector, StrategySettings
 from greso_jax.selection.groups import Group, PassRequest
 from greso_jax.selection.registry import register_strategy
-from greso_jax.specs import FLOAT, INT, STR, ConfigError, Spec, field
+from greso_jax.core.specs import FLOAT, INT, STR, ConfigError, Spec, field
 
 _REJECT_STREAM = 2  # counter_rng stream id of the rejection and posterior-subset draws
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from greso_jax.selection import counter_rng
 from greso_jax.selection.groups import Group, PassRequest
-from greso_jax.specs import BOOL, INT, STR, ConfigError, Spec, check_dataclass, check_field, field
+from greso_jax.core.specs import BOOL, INT, STR, ConfigError, Spec, check_dataclass, check_field, field
 
 # A group's outcome: mixed rewards, all correct, all incorrect; OUTCOME_NONE: a prompt never rolled out.
 OUTCOME_MIXED, OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_NONE = 0, 1, 2, -1

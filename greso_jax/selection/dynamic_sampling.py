@@ -8,7 +8,7 @@ from greso_jax.selection.base import PassConfig, Selector, StrategySettings
 from greso_jax.selection.groups import Group, PassRequest
 from greso_jax.selection.pass_sizing import next_pass_size
 from greso_jax.selection.registry import register_strategy
-from greso_jax.specs import STR, Spec, field
+from greso_jax.core.specs import STR, Spec, field
 
 PASS_SIZINGS = ("adaptive", "fixed")
 

@@ -14,7 +14,7 @@ from greso_jax.selection.base import (OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT
                                       StrategySettings, check_prompt_ids)
 from greso_jax.selection.dynamic_sampling import DynamicSamplingSelector
 from greso_jax.selection.registry import register_strategy
-from greso_jax.specs import FLOAT, INT, ConfigError, Spec, field
+from greso_jax.core.specs import FLOAT, INT, ConfigError, Spec, field
 
 KEEP_FLOOR = 0.01  # every prompt keeps at least this chance of being re-explored
 _KEEP_STREAM = 1  # counter_rng stream id of the keep decisions

@@ -18,7 +18,7 @@ import numpy as np
 from greso_jax.selection.base import check_prompt_ids
 from greso_jax.selection.posterior import PosteriorSelector, PosteriorSettings
 from greso_jax.selection.registry import register_strategy
-from greso_jax.specs import FLOAT, Spec, field
+from greso_jax.core.specs import FLOAT, Spec, field
 
 # success(step, prompt_ids int64 [N]) -> float [N]: each prompt's true success probability at `step`.
 SuccessFn = Callable[[int, np.ndarray], np.ndarray]

@@ -51,7 +51,7 @@ from greso_jax.selection.base import (OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT
                                       StrategySettings, check_prompt_ids)
 from greso_jax.selection.dynamic_sampling import DynamicSamplingSelector
 from greso_jax.selection.registry import register_strategy
-from greso_jax.specs import FLOAT, Spec, field
+from greso_jax.core.specs import FLOAT, Spec, field
 
 _THOMPSON_STREAM = 3  # counter_rng stream id of the Thompson draws (GRESO's keep draws are 1, AERO's 2)
 _REFERENCE_STREAM = 4  # seeds the per-step sample of prompts τ is estimated from, on large data sets

@@ -81,7 +81,7 @@ from greso_jax.selection.base import (OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT
 from greso_jax.selection.dynamic_sampling import DynamicSamplingSelector
 from greso_jax.selection.groups import Group, PassRequest
 from greso_jax.selection.registry import register_strategy
-from greso_jax.specs import BOOL, FLOAT, ConfigError, Spec, field
+from greso_jax.core.specs import BOOL, FLOAT, ConfigError, Spec, field
 
 _KEEP_STREAM = 3  # counter_rng stream of the keep decisions (GRESO uses 1; MoPPS, never in the same run, 3 too)
 _UNIT = Spec(FLOAT, 0, 1)

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from greso_jax.registry import Registry
+from greso_jax.core.registry import Registry
 from greso_jax.selection.base import PassConfig, Selector
 
 STRATEGIES: Registry[type[Selector]] = Registry("selection strategy")

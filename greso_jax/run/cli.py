@@ -24,11 +24,11 @@ def one_line(error: BaseException) -> str:
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    from greso_jax.checkpoint import CheckpointError
+    from greso_jax.run.checkpoint import CheckpointError
     from greso_jax.data.sources import DataError
     from greso_jax.models.safetensors_io import SafetensorsError
     from greso_jax.models.weights import ModelFolderError
-    from greso_jax.specs import ConfigError  # run_dir.RunDirError is one
+    from greso_jax.core.specs import ConfigError  # run_dir.RunDirError is one
 
     return (ConfigError, CheckpointError, DataError, ModelFolderError, SafetensorsError, FileNotFoundError,
             FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError)

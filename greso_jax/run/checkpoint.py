@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
-from greso_jax.files import sha256_of
+from greso_jax.core.files import sha256_of
 from flax import nnx
 
 TRAIN_STATE, SELECTOR, META = "train_state", "selector", "meta"

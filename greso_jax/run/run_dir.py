@@ -18,9 +18,9 @@ import socket
 from typing import Any
 
 from greso_jax import selection
-from greso_jax.checkpoint import checkpoint_dir, choose_restore_step, read_step_meta
-from greso_jax.configs import get_config
-from greso_jax.specs import ConfigError
+from greso_jax.run.checkpoint import checkpoint_dir, choose_restore_step, read_step_meta
+from greso_jax.config import get_config
+from greso_jax.core.specs import ConfigError
 
 LOCK_FILE = "run.lock"
 CONFIGS_FOLDER = "configs"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ml_collections
 
 from greso_jax.data import arith
-from greso_jax.specs import ConfigError
+from greso_jax.core.specs import ConfigError
 
 
 def validate_warmstart_fields(train: ml_collections.ConfigDict, data: ml_collections.ConfigDict) -> None:

@@ -48,7 +48,7 @@ def check_field(name: str, value, spec: Spec) -> None:
 
 
 def field(default, spec: Spec, doc: str):
-    """A dataclass field that carries its spec and one line of documentation (read by configs.py)."""
+    """A dataclass field that carries its spec and one line of documentation (read by config.base)."""
     return dataclasses.field(default=default, metadata={"spec": spec, "doc": doc})
 
 

@@ -17,7 +17,7 @@ folder in that layout (docs/data.md). Only the model folder comes from a flag:
   --config.model.path=/models/Qwen2.5-Math-1.5B
 """
 
-from greso_jax import configs
+from greso_jax.config.base import get_config
 from greso_jax.selection import resolve_strategy, training_strategy_names
 
 PAPER_BENCHMARKS = ("math500", "aime24", "amc23", "minerva_math", "olympiadbench", "gaokao2023en")
@@ -31,7 +31,7 @@ def paper_config(variant: str, *, preset: str, train_batch_size: int, rollout_ba
     known = training_strategy_names()
     if variant not in known:
         raise ValueError(f"unknown variant {variant!r}; known: {', '.join(known)}")
-    c = configs.get_config()
+    c = get_config()
     c.seed = 0
 
     c.model.preset = preset  # the architecture, for abstract builds and memory planning without a folder

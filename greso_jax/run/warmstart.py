@@ -25,7 +25,7 @@ import optax
 from flax import nnx
 
 from greso_jax.models import Qwen2, from_pretrained, save_pretrained
-from greso_jax.specs import ConfigError
+from greso_jax.core.specs import ConfigError
 
 
 class WarmStartError(ConfigError):

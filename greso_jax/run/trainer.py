@@ -16,24 +16,24 @@ from typing import Any
 import jax
 import numpy as np
 
-from greso_jax.benchmark_scoring import EVAL_SEED_OFFSET, sample_and_grade, summarize
-from greso_jax.checkpoint import Checkpointer, checkpoint_dir, restore_run_state, save_run_state
-from greso_jax.compile_time import SectionTimers
-from greso_jax.configs import validate
+from greso_jax.run.scoring import EVAL_SEED_OFFSET, sample_and_grade, summarize
+from greso_jax.run.checkpoint import Checkpointer, checkpoint_dir, restore_run_state, save_run_state
+from greso_jax.run.timers import SectionTimers
+from greso_jax.config import validate
 from greso_jax.data.pipeline import PromptPipeline
-from greso_jax.from_config import (decode_schedule, learner_from_config, prompt_levels, rows_from_config,
+from greso_jax.run.build import (decode_schedule, learner_from_config, prompt_levels, rows_from_config,
                                    sampling_kwargs, selector_from_config)
-from greso_jax.metrics import GroupTraceWriter, MetricsWriter, Progress, format_table, plot_run, run_summary
+from greso_jax.run.records import GroupTraceWriter, MetricsWriter, Progress, format_table, plot_run, run_summary
 from greso_jax.parallel import multihost
 from greso_jax.parallel.sharding import mesh_from_config
-from greso_jax.policy import build_policy, build_tokenizer
+from greso_jax.run.build import build_policy, build_tokenizer
 from greso_jax.rewards.pool import GradingPool, score_across_hosts
 from greso_jax.rl.batch import assemble_batch
-from greso_jax.run_dir import open_run_dir
+from greso_jax.run.run_dir import open_run_dir
 from greso_jax.sampling import generate_in_chunks
 from greso_jax.selection import PulledPrompts, ScoredPass, run_selection_step
-from greso_jax.skip_audit import SkipAudit
-from greso_jax.specs import ConfigError
+from greso_jax.run.skip_audit import SkipAudit
+from greso_jax.core.specs import ConfigError
 
 
 class Trainer:
