@@ -23,10 +23,10 @@ import numpy as np
 from greso_jax.config import ConfigError, get_config, validate
 from greso_jax.run.scoring import EVAL_SEED_OFFSET as TRAINER_EVAL_SEED_OFFSET
 from greso_jax.run.scoring import sample_and_grade, summarize
-from greso_jax.run.checkpoint import CHECKPOINTS_FOLDER, CheckpointError, choose_restore_step, read_step_meta, step_damage
+from greso_jax.run.checkpoint import CHECKPOINTS_FOLDER, CheckpointError
 from greso_jax.run.build import decode_schedule
 from greso_jax.config.paper_setups import PAPER_BENCHMARKS
-from greso_jax.run.run_dir import with_todays_defaults
+from greso_jax.run.run_dir import saved_step
 
 
 class EvaluateError(ValueError):
@@ -38,6 +38,7 @@ class CheckpointSource:
     kind: str  # "workdir" (orbax checkpoints of a run) or "hf" (a Hugging Face folder)
     path: str  # the workdir or the HF folder
     step: int | None = None  # workdir: the checkpoint step
+    config: dict | None = None  # workdir: the config saved with the step (`run_dir.saved_step`), None if none
 
 
 def resolve_checkpoint(path: str, log=print) -> CheckpointSource:
@@ -47,23 +48,17 @@ def resolve_checkpoint(path: str, log=print) -> CheckpointSource:
     if not os.path.isdir(path):
         raise EvaluateError(f"--checkpoint: no such folder: {path}")
     checkpoints = os.path.join(path, CHECKPOINTS_FOLDER)
-    if os.path.isdir(checkpoints):
+    name, parent = os.path.basename(path), os.path.dirname(path)
+    is_step = name.isdigit() and os.path.basename(parent) == CHECKPOINTS_FOLDER
+    if os.path.isdir(checkpoints) or is_step:
+        workdir = os.path.dirname(parent) if is_step else path
         try:
-            step = choose_restore_step(checkpoints, log=log, move_damaged=False)
+            saved = saved_step(workdir, int(name) if is_step else None, log=log)
         except CheckpointError as e:
             raise EvaluateError(f"--checkpoint: {e}") from None
-        if step is None:
+        if saved is None:
             raise EvaluateError(f"--checkpoint: {checkpoints} holds no finished checkpoint")
-        return CheckpointSource("workdir", path, step)
-    name, parent = os.path.basename(path), os.path.dirname(path)
-    if name.isdigit() and os.path.basename(parent) == CHECKPOINTS_FOLDER:
-        try:
-            damage = step_damage(path)
-        except FileNotFoundError:  # no manifest: written before manifests, or the run stopped first
-            damage = None
-        if damage:
-            raise EvaluateError(f"--checkpoint: step {name} is damaged: {os.path.join(parent, damage)}")
-        return CheckpointSource("workdir", os.path.dirname(parent), int(name))
+        return CheckpointSource("workdir", workdir, saved.step, saved.config)
     has_weights = any(os.path.exists(os.path.join(path, f))
                       for f in ("model.safetensors", "model.safetensors.index.json"))
     if os.path.exists(os.path.join(path, "config.json")) and has_weights:
@@ -87,19 +82,14 @@ def _hf_folder_defaults() -> ml_collections.ConfigDict:
 
 def run_config(source: CheckpointSource, config: ml_collections.ConfigDict | None) -> ml_collections.ConfigDict:
     """The config that describes the checkpoint: `config` if given, else the config its step was saved
-    with, the run's config.json (workdir) or the HF defaults. A HF checkpoint's folder becomes model.path."""
-    saved = (read_step_meta(os.path.join(source.path, CHECKPOINTS_FOLDER), source.step) or {}).get("config") \
-        if source.kind == "workdir" else None
+    with (workdir) or the HF defaults. A HF checkpoint's folder becomes model.path."""
     if config is not None:
         config = copy.deepcopy(config)
-    elif saved is not None:  # a resume may have changed config.json since (checkpoint.allow_changes)
-        config = ml_collections.ConfigDict(with_todays_defaults(saved))
     elif source.kind == "workdir":
-        config_path = os.path.join(source.path, "config.json")
-        if not os.path.exists(config_path):
-            raise EvaluateError(f"--checkpoint: {config_path} is missing; pass the run's experiment file with --config")
-        with open(config_path) as f:
-            config = ml_collections.ConfigDict(with_todays_defaults(json.load(f)))
+        if source.config is None:
+            raise EvaluateError(f"--checkpoint: {os.path.join(source.path, CHECKPOINTS_FOLDER, str(source.step))} "
+                                "records no config; pass the run's experiment file with --config")
+        config = ml_collections.ConfigDict(copy.deepcopy(source.config))
     else:
         config = _hf_folder_defaults()
     if source.kind == "hf":
@@ -261,7 +251,8 @@ def _define_flags():
 
     config_flags.DEFINE_config_file(
         "config", None, "Experiment file (…/x.py[:variant]) describing the model, tokenizer and prompt; "
-        "default: the workdir's config.json, or the paper's evaluation settings for a Hugging Face folder.",
+        "default: the config saved with the checkpoint's step, or the paper's evaluation settings for a Hugging "
+        "Face folder.",
         lock_config=False)
     flags.DEFINE_string("checkpoint", None, "A run workdir (latest step), workdir/checkpoints/<step>, or a "
                         "Hugging Face folder (config.json, *.safetensors, tokenizer.json).")

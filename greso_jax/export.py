@@ -23,7 +23,8 @@ import sys
 
 import ml_collections
 
-from greso_jax.run.checkpoint import CheckpointError, checkpoint_dir, choose_restore_step, finished_steps, step_damage
+from greso_jax.run.checkpoint import CHECKPOINTS_FOLDER, CheckpointError, checkpoint_dir
+from greso_jax.run.run_dir import saved_step
 from greso_jax.config import DTYPES
 
 # the files a Hugging Face tokenizer folder may hold (transformers writes the chat template to its own file)
@@ -40,35 +41,23 @@ class ExportError(ValueError):
     """A bad workdir, step or output folder; the message names it."""
 
 
-def run_config(workdir: str) -> ml_collections.ConfigDict:
-    path = os.path.join(workdir, "config.json")
-    if not os.path.exists(path):
-        raise ExportError(f"--workdir: {path} is missing (not a greso_jax run folder)")
-    with open(path) as f:
-        return ml_collections.ConfigDict(json.load(f))
-
-
-def checkpoint_step(workdir: str, step: int | None, *, log=print) -> int:
-    """`step` if its files match its manifest, or (None) the newest intact step of the run: a damaged
-    newer step is reported through `log` and skipped, as a resume or `evaluate` would."""
-    folder = checkpoint_dir(workdir)
-    steps = finished_steps(folder) if os.path.isdir(folder) else []
-    if not steps:
-        raise ExportError(f"--workdir: {folder} holds no checkpoint")
-    if step is None:
-        try:
-            return choose_restore_step(folder, log=log, move_damaged=False)
-        except CheckpointError as e:  # names every step and its damaged file
-            raise ExportError(f"--workdir: {e}") from None
-    if step not in steps:
-        raise ExportError(f"--step: {folder} has no step {step} (steps: {', '.join(map(str, steps))})")
+def step_and_config(workdir: str, step: int | None, *, log=print) -> tuple[int, ml_collections.ConfigDict]:
+    """`step` if its files match its manifest, or (None) the newest intact step of the run (a damaged
+    newer step is reported through `log` and skipped, as a resume or `evaluate` would), and the
+    config saved with that step: a resume may have changed fields since (checkpoint.allow_changes)."""
+    flag = "--workdir" if step is None else "--step"
+    if not os.path.isdir(checkpoint_dir(workdir)):
+        raise ExportError(f"--workdir: {workdir} has no {CHECKPOINTS_FOLDER}/ (not a greso_jax run folder)")
     try:
-        damage = step_damage(os.path.join(folder, str(step)))
-    except FileNotFoundError:  # no manifest: written before manifests, or the run stopped first
-        damage = None
-    if damage:
-        raise ExportError(f"--step: step {step} is damaged: {os.path.join(folder, damage)}")
-    return step
+        saved = saved_step(workdir, step, log=log)
+    except CheckpointError as e:  # names the step (every step, for the newest) and the damaged file
+        raise ExportError(f"{flag}: {e}") from None
+    if saved is None:
+        raise ExportError(f"--workdir: {checkpoint_dir(workdir)} holds no checkpoint")
+    if saved.config is None:
+        raise ExportError(f"{flag}: {checkpoint_dir(workdir)}/{saved.step} records no config "
+                          "(not written by greso_jax.train)")
+    return saved.step, ml_collections.ConfigDict(saved.config)
 
 
 def load_exported_policy(workdir: str, step: int, config):
@@ -76,14 +65,13 @@ def load_exported_policy(workdir: str, step: int, config):
     the export gathers every parameter on this host anyway."""
     import jax
 
-    from greso_jax.run.checkpoint import CheckpointError
     from greso_jax.models import PRESETS
     from greso_jax.parallel import make_mesh
     from greso_jax.run.build import load_policy
 
     if not config.model.path and config.model.preset not in PRESETS:
-        raise ExportError(f"model.preset: {config.model.preset!r} (from {workdir}/config.json) is not one of "
-                          f"{', '.join(PRESETS)}")
+        raise ExportError(f"model.preset: {config.model.preset!r} (from {checkpoint_dir(workdir)}/{step}) is not "
+                          f"one of {', '.join(PRESETS)}")
     try:
         return load_policy(config, make_mesh(1, 1, 1, devices=jax.devices()[:1]), workdir=workdir, step=step)
     except CheckpointError as e:  # names the step and what does not match
@@ -147,8 +135,7 @@ def _export(workdir: str, out: str, *, step: int | None, dtype: str | None, log)
         raise ExportError(f"--out: {out} exists and is not an empty folder")
     if dtype is not None and dtype not in DTYPES:
         raise ExportError(f"--dtype: {dtype!r} is not one of {', '.join(DTYPES)}")
-    config = run_config(workdir)
-    step = checkpoint_step(workdir, step, log=log)
+    step, config = step_and_config(workdir, step, log=log)
     model = load_exported_policy(workdir, step, config)
     tokenizer = build_tokenizer(config)
     existed = os.path.isdir(out)
@@ -186,7 +173,7 @@ def _write_folder(model, tokenizer, config, out: str, dtype: str | None) -> None
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m greso_jax.export", description=__doc__.splitlines()[0])
-    parser.add_argument("--workdir", required=True, help="the run's folder (config.json, checkpoints/)")
+    parser.add_argument("--workdir", required=True, help="the run's folder (checkpoints/)")
     parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")
     parser.add_argument("--out", required=True, help="new or empty folder for the Hugging Face files")
     parser.add_argument("--dtype", default=None, help=f"weights dtype, one of {', '.join(DTYPES)} "

@@ -200,25 +200,39 @@ def test_resolve_checkpoint_forms(tmp_path):
 
 
 def test_a_run_saved_before_a_field_existed_is_evaluated_at_its_default(tmp_path):
-    """A field added after a run was saved cannot have been used by it: evaluation reads it at
-    today's default instead of failing on the missing key."""
-    import json
-
+    """A field added after a run was saved cannot have been used by it: evaluation reads the step's
+    saved config with that field at today's default instead of failing on the missing key."""
     from greso_jax.config import get_config
-    from greso_jax.evaluate import CheckpointSource, run_config
+    from greso_jax.evaluate import run_config
 
     saved = json.loads(get_config().to_json_best_effort())
     del saved["sampling"]["compact_shrink"], saved["sampling"]["min_compact_rows"]
     saved["sampling"]["temperature"] = 0.7
-    (tmp_path / "config.json").write_text(json.dumps(saved))
-    config = run_config(CheckpointSource("workdir", str(tmp_path), 3), None)
+    (tmp_path / "checkpoints" / "3" / "meta").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "3" / "meta" / "metadata").write_text(json.dumps({"step": 3, "config": saved}))
+    (tmp_path / "config.json").write_text(get_config().to_json_best_effort())  # a later launch's: not step 3's
+    config = run_config(resolve_checkpoint(str(tmp_path)), None)
     assert config.sampling.compact_shrink == 0.5 and config.sampling.min_compact_rows == 0
     assert config.sampling.temperature == 0.7
 
 
+def test_a_step_without_a_saved_config_needs_one_given(tmp_path):
+    from greso_jax.config import get_config
+    from greso_jax.evaluate import run_config
+
+    (tmp_path / "checkpoints" / "3" / "meta").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "3" / "meta" / "metadata").write_text(json.dumps({"step": 3}))
+    source = resolve_checkpoint(str(tmp_path))
+    with pytest.raises(EvaluateError, match=r"checkpoints/3 records no config; pass .* --config"):
+        run_config(source, None)
+    given = get_config()
+    given.sampling.temperature = 0.5
+    assert run_config(source, given).sampling.temperature == 0.5
+
+
 def test_workdir_checkpoint_restores_the_trained_parameters(tmp_path):
     """A checkpoint written the way the trainer writes it (Learner.train_state + Checkpointer, the
-    run's config.json) is evaluated with exactly the parameters it holds."""
+    config in the step's metadata) is evaluated with exactly the parameters it holds."""
     import jax
     import jax.numpy as jnp
 
@@ -244,9 +258,8 @@ def test_workdir_checkpoint_restores_the_trained_parameters(tmp_path):
     workdir = tmp_path / "run"
     checkpointer = Checkpointer(str(workdir / "checkpoints"), async_save=False)
     checkpointer.save(3, train_state=learner.train_state(), selector_state={"history": np.zeros(4, np.int8)},
-                      meta={"step": 3})
+                      meta={"step": 3, "config": json.loads(config.to_json_best_effort())})
     checkpointer.close()
-    (workdir / "config.json").write_text(config.to_json_best_effort())
 
     source = resolve_checkpoint(str(workdir))
     assert (source.kind, source.step) == ("workdir", 3)

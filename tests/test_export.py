@@ -101,17 +101,50 @@ def test_cli_exports_a_chosen_step_in_bfloat16(trained_run, tmp_path, capsys):
     assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
     tensors = safetensors_io.open_tensors(str(out / "model.safetensors"))
     assert {str(t.dtype) for t in tensors.values()} == {"bfloat16"}
-    step1 = export_mod.load_exported_policy(workdir, 1, export_mod.run_config(workdir))
+    step1 = export_mod.load_exported_policy(workdir, 1, export_mod.step_and_config(workdir, 1)[1])
     np.testing.assert_array_equal(np.asarray(tensors["model.embed_tokens.weight"]).astype(np.float32),
                                   np.asarray(step1.embed.value).astype("bfloat16").astype(np.float32))
     hf_model, _, messages = _load_with_transformers(str(out))
     assert messages == [] and hf_model.dtype == torch.bfloat16
 
 
+def test_each_step_is_exported_and_evaluated_with_the_config_it_was_saved_with(trained_run, tmp_path):
+    """A resume may change fields (checkpoint.allow_changes, eval.*): config.json then holds the latest
+    launch's values, and each step is still described by the config saved in its own checkpoint."""
+    import copy
+    import shutil
+
+    from greso_jax.evaluate import evaluate
+    from greso_jax.run.records import read_metrics
+
+    workdir, config = trained_run
+    resumed = str(tmp_path / "run")
+    shutil.copytree(workdir, resumed)
+    changed = copy.deepcopy(config)
+    changed.train.num_steps, changed.eval.num_samples = 3, 4
+    changed.train.learning_rate = config.train.learning_rate * 2
+    changed.checkpoint.allow_changes = "train.learning_rate"
+    Trainer(changed, resumed, log=lambda *a: None).run()
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["train"]["learning_rate"] == \
+        changed.train.learning_rate
+
+    for step, lr in ((2, config.train.learning_rate), (3, changed.train.learning_rate)):
+        assert export_mod.step_and_config(resumed, step)[1].train.learning_rate == lr
+    assert export_mod.step_and_config(resumed, None)[0] == 3
+    assert export_mod.export(resumed, str(tmp_path / "hf2"), step=2)  # the step's own config builds its model
+
+    quiet = {"num_grading_workers": 0, "log": lambda *a: None}
+    assert evaluate(os.path.join(resumed, "checkpoints", "2"), **quiet)["settings"]["num_samples"] == 2
+    latest = evaluate(resumed, **quiet)
+    assert latest["step"] == 3 and latest["settings"]["num_samples"] == 4
+    logged = read_metrics(resumed)[-1]
+    assert logged["step"] == 3 and latest["benchmarks"]["synthetic"]["avg@4"] == logged["eval/synthetic/avg@4"]
+
+
 def test_bad_input_exits_2_with_one_line(trained_run, tmp_path, capsys):
     workdir, _ = trained_run
     cases = [(["--workdir", str(tmp_path / "nope")], "--workdir: no such folder"),
-             (["--workdir", str(tmp_path)], "config.json is missing"),
+             (["--workdir", str(tmp_path)], "not a greso_jax run folder"),
              (["--workdir", workdir, "--step", "7"], "--step: .*has no step 7 \\(steps: 1, 2\\)"),
              (["--workdir", workdir, "--dtype", "int8"], "--dtype: 'int8' is not one of")]
     for args, message in cases:

@@ -4,6 +4,10 @@
 intact checkpoint, and refuses a resume whose config changes what the run means. Only fields
 in MAY_CHANGE may differ from the checkpoint's config; anything else (new fields included)
 refuses unless named in checkpoint.allow_changes, so a field added later is safe by default.
+
+`saved_step` is the one answer to "which verified step, and which config describes it" for
+resume, evaluate and export: a resume may change fields (checkpoint.allow_changes), so a step
+is described by the config saved in its own metadata, not by the latest launch's config.json.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ import socket
 from typing import Any
 
 from greso_jax import selection
-from greso_jax.run.checkpoint import checkpoint_dir, choose_restore_step, read_step_meta
+from greso_jax.run.checkpoint import (CheckpointError, checkpoint_dir, choose_restore_step, finished_steps,
+                                      read_step_meta, step_damage)
 from greso_jax.config import get_config
 from greso_jax.core.specs import ConfigError
 
@@ -189,6 +194,40 @@ def check_resume(saved: dict, config, step: int) -> dict[str, tuple[Any, Any]]:
     return changes
 
 
+@dataclasses.dataclass(frozen=True)
+class SavedStep:
+    """A verified checkpoint step of a run and the config it was saved with."""
+
+    step: int
+    config: dict | None  # at today's defaults (`with_todays_defaults`); None: its metadata records none
+
+
+def saved_step(workdir: str, step: int | None = None, *, log=print, move_damaged: bool = False) -> SavedStep | None:
+    """`step` of the run in `workdir` checked against its manifest, or (None) the newest intact step
+    (`choose_restore_step`: damaged newer steps are reported through `log`, and moved aside with
+    `move_damaged`), with the config saved in its metadata. None when the run has no finished step.
+    Raises CheckpointError with one line naming the folder and step: no such step, a damaged one."""
+    folder = checkpoint_dir(workdir)
+    if step is None:
+        step = choose_restore_step(folder, log=log, move_damaged=move_damaged)
+        if step is None:
+            return None
+    else:
+        steps = finished_steps(folder) if os.path.isdir(folder) else []
+        if not steps:
+            return None
+        if step not in steps:
+            raise CheckpointError(f"{folder} has no step {step} (steps: {', '.join(map(str, steps))})")
+        try:
+            damage = step_damage(os.path.join(folder, str(step)))
+        except FileNotFoundError:  # no manifest: the run stopped between writing the step and its manifest
+            damage = None
+        if damage:
+            raise CheckpointError(f"step {step} is damaged: {os.path.join(folder, damage)}")
+    saved = (read_step_meta(folder, step) or {}).get("config")
+    return SavedStep(step=step, config=with_todays_defaults(saved) if saved is not None else None)
+
+
 @dataclasses.dataclass
 class RunDir:
     """An opened workdir: the step to resume from (0: a fresh run) and the lock this process holds."""
@@ -232,13 +271,12 @@ def open_run_dir(workdir: str, config, *, is_main: bool = True, log=print) -> Ru
     lock = WorkdirLock(workdir, log=log) if is_main else None
     try:
         _allowed(config, set(_flatten(json.loads(config.to_json_best_effort()))))  # a typo fails fresh runs too
-        step = choose_restore_step(checkpoint_dir(workdir), log=log, move_damaged=is_main) or 0
-        changes = {}
-        if step:
-            saved = read_step_meta(checkpoint_dir(workdir), step).get("config")
-            if saved is None:
+        saved = saved_step(workdir, log=log, move_damaged=is_main)
+        step, changes = saved.step if saved else 0, {}
+        if saved:
+            if saved.config is None:
                 raise RunDirError(f"{checkpoint_dir(workdir)}/{step}: records no config to check a resume against")
-            changes = check_resume(saved, config, step)
+            changes = check_resume(saved.config, config, step)
             for field, (old, new) in changes.items():
                 log(f"resume: {field} changes from {old!r} to {new!r}")
             if step > config.train.num_steps:
