@@ -4,9 +4,10 @@
   python -m greso_jax.evaluate --checkpoint /models/Qwen2.5-Math-1.5B \
       --config experiments/qwen2_5_math_1_5b.py --data_dir ../shared/data --output results.json
 
-Sampling and grading are `greso_jax.run.scoring.sample_and_grade`, the code the trainer runs
-every eval.every_steps; with the run's own settings and seed (the defaults) a workdir step
-reproduces the in-training evaluation of that step.
+Sampling and grading are `greso_jax.run.scoring.sample_and_grade` with the settings
+`greso_jax.run.build.eval_settings` reads from the config, the code the trainer runs every
+eval.every_steps; with the step's own config and seed (the defaults) a workdir step reproduces
+the in-training evaluation of that step.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ import numpy as np
 
 from greso_jax.config import ConfigError, get_config, validate
 from greso_jax.run.scoring import EVAL_SEED_OFFSET as TRAINER_EVAL_SEED_OFFSET
-from greso_jax.run.scoring import sample_and_grade, summarize
+from greso_jax.run.scoring import EvalSettings, sample_and_grade, summarize
 from greso_jax.run.checkpoint import CHECKPOINTS_FOLDER, CheckpointError
-from greso_jax.run.build import decode_schedule
+from greso_jax.run.build import eval_settings
 from greso_jax.config.paper_setups import PAPER_BENCHMARKS
 from greso_jax.run.run_dir import saved_step
 
@@ -109,24 +110,29 @@ def _validate_for_evaluation(config: ml_collections.ConfigDict) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class EvalSettings:
+class EvalRequest:
+    """What the CLI evaluates (which problems, which pass@k) and how it samples them."""
+
     benchmarks: tuple[str, ...]
-    num_samples: int
-    temperature: float
-    top_p: float
-    max_new_tokens: int
-    max_prompt_length: int
-    template: str
     data_dir: str
     max_problems: int
-    seed: int
     pass_k: tuple[int, ...]
+    sampling: EvalSettings
+
+    def record(self) -> dict:
+        """The results file's "settings"."""
+        s = self.sampling
+        return {"benchmarks": self.benchmarks, "num_samples": s.num_samples, "temperature": s.temperature,
+                "top_p": s.top_p, "max_new_tokens": s.max_new_tokens, "max_prompt_length": s.max_prompt_length,
+                "template": s.template, "data_dir": self.data_dir, "max_problems": self.max_problems, "seed": s.seed,
+                "pass_k": self.pass_k}
 
 
-def settings_from(config, *, benchmarks=None, num_samples=None, temperature=None, top_p=None,
+def request_from(config, *, benchmarks=None, num_samples=None, temperature=None, top_p=None,
                   max_new_tokens=None, max_prompt_length=None, template=None, data_dir=None, max_problems=None,
-                  seed=None, pass_k=None) -> EvalSettings:
-    """Flags override the config's eval section (None: keep the config's value); checked like the config."""
+                  seed=None, pass_k=None, batch_prompts: int = 128) -> EvalRequest:
+    """Flags override the config's eval section (None: keep the config's value); checked like the config.
+    Sampling is `build.eval_settings` of the overridden config: the trainer's, flags aside."""
     c = copy.deepcopy(config)
     e = c.eval
     overrides = {"eval.num_samples": num_samples, "eval.temperature": temperature, "eval.top_p": top_p,
@@ -153,11 +159,9 @@ def settings_from(config, *, benchmarks=None, num_samples=None, temperature=None
     ks = tuple(sorted(set(pass_k))) if pass_k else (e.num_samples,)
     if any(k < 1 or k > e.num_samples for k in ks):
         raise EvaluateError(f"--k: every k must be in [1, num_samples={e.num_samples}], got {list(ks)}")
-    return EvalSettings(benchmarks=names, num_samples=e.num_samples, temperature=float(e.temperature),
-                        top_p=float(e.top_p), max_new_tokens=e.max_new_tokens or c.sampling.max_new_tokens,
-                        max_prompt_length=c.data.max_prompt_length, template=c.data.prompt_template,
-                        data_dir=e.data_dir, max_problems=e.max_problems,
-                        seed=c.seed + TRAINER_EVAL_SEED_OFFSET if seed is None else seed, pass_k=ks)
+    sampling = eval_settings(c, batch_prompts=batch_prompts, **({} if seed is None else {"seed": seed}))
+    return EvalRequest(benchmarks=names, data_dir=e.data_dir, max_problems=e.max_problems, pass_k=ks,
+                       sampling=sampling)
 
 
 def benchmark_metrics(correct: np.ndarray, pass_k: Sequence[int]) -> dict:
@@ -182,7 +186,7 @@ def evaluate(checkpoint: str, *, config=None, benchmarks: Sequence[str] | None =
              max_problems: int | None = None, seed: int | None = None, pass_k: Sequence[int] | None = None,
              num_grading_workers: int | None = None, batch_prompts: int = 128, mesh=None, log=print) -> dict:
     """Loads `checkpoint`, samples and grades every benchmark; returns the results dict written as JSON.
-    Every setting left None comes from the config (see `settings_from`)."""
+    Every setting left None comes from the config (see `request_from`)."""
     from greso_jax.data.prompts import format_prompt
     from greso_jax.data.sources import DataError, load_eval_sets
     from greso_jax.parallel.sharding import mesh_from_config
@@ -191,14 +195,15 @@ def evaluate(checkpoint: str, *, config=None, benchmarks: Sequence[str] | None =
 
     source = resolve_checkpoint(checkpoint, log=log)
     config = run_config(source, config)
-    settings = settings_from(config, benchmarks=benchmarks, num_samples=num_samples, temperature=temperature,
-                             top_p=top_p, max_new_tokens=max_new_tokens, max_prompt_length=max_prompt_length,
-                             template=template, data_dir=data_dir, max_problems=max_problems, seed=seed,
-                             pass_k=pass_k)
+    request = request_from(config, benchmarks=benchmarks, num_samples=num_samples, temperature=temperature,
+                            top_p=top_p, max_new_tokens=max_new_tokens, max_prompt_length=max_prompt_length,
+                            template=template, data_dir=data_dir, max_problems=max_problems, seed=seed,
+                            pass_k=pass_k, batch_prompts=batch_prompts)
+    settings = request.sampling
     if config.model.tokenizer == "hf" and not os.path.exists(os.path.join(config.model.path, "tokenizer.json")):
         raise EvaluateError(f"model.path: {config.model.path} has no tokenizer.json")
     try:
-        rows = load_eval_sets(settings.benchmarks, data_dir=settings.data_dir, max_problems=settings.max_problems,
+        rows = load_eval_sets(request.benchmarks, data_dir=request.data_dir, max_problems=request.max_problems,
                               arith_num_train=config.data.arith_num_train,
                               arith_num_heldout=config.data.arith_num_heldout, arith_seed=config.data.arith_seed,
                               arith_level_weights=tuple(config.data.get("arith_level_weights", ())))
@@ -216,21 +221,15 @@ def evaluate(checkpoint: str, *, config=None, benchmarks: Sequence[str] | None =
     per_benchmark = {}
     with GradingPool(num_workers=workers, timeout_s=config.data.grading_timeout_s) as pool:
         for name, benchmark_rows in rows.items():
-            correct = sample_and_grade(
-                model, tokenizer, benchmark_rows, template=settings.template, num_samples=settings.num_samples,
-                temperature=settings.temperature, top_p=settings.top_p, max_new_tokens=settings.max_new_tokens,
-                seed=settings.seed, pool=pool, max_prompt_length=settings.max_prompt_length,
-                prompt_buckets=tuple(config.sampling.prompt_length_buckets),
-                row_buckets=tuple(config.sampling.row_buckets),
-                schedule=decode_schedule(config), batch_prompts=batch_prompts, mesh=mesh)
-            metrics = benchmark_metrics(correct, settings.pass_k)
+            correct = sample_and_grade(model, tokenizer, benchmark_rows, settings, pool=pool, mesh=mesh)
+            metrics = benchmark_metrics(correct, request.pass_k)
             metrics["prompts_too_long"] = sum(
                 len(tokenizer.encode(format_prompt(row, settings.template, tokenizer))) > settings.max_prompt_length
                 for row in benchmark_rows)
             per_benchmark[name] = metrics
             log(f"  {name}: avg@{settings.num_samples} {metrics[f'avg@{settings.num_samples}']:.4f}")
     return {"checkpoint": source.path, "kind": source.kind, "step": source.step,
-            "settings": dataclasses.asdict(settings), "benchmarks": per_benchmark,
+            "settings": request.record(), "benchmarks": per_benchmark,
             "average": average_metrics(per_benchmark)}
 
 

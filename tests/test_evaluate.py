@@ -236,7 +236,7 @@ def test_workdir_checkpoint_restores_the_trained_parameters(tmp_path):
     import jax
     import jax.numpy as jnp
 
-    from greso_jax.run.scoring import sample_and_grade
+    from greso_jax.run.scoring import EvalSettings, sample_and_grade
     from greso_jax.run.checkpoint import Checkpointer
     from greso_jax.data.sources import load_benchmark
     from greso_jax.evaluate import TRAINER_EVAL_SEED_OFFSET, run_config
@@ -274,13 +274,12 @@ def test_workdir_checkpoint_restores_the_trained_parameters(tmp_path):
     rows = load_benchmark("synthetic", "", arith_num_heldout=50, arith_num_train=200,
                           arith_seed=config.data.arith_seed)[:8]
     with GradingPool(num_workers=0) as pool:
-        direct = sample_and_grade(
-            trained, build_tokenizer(config), rows, template=config.data.prompt_template, num_samples=2,
-            temperature=config.eval.temperature, top_p=config.eval.top_p,
-            max_new_tokens=config.sampling.max_new_tokens, seed=config.seed + TRAINER_EVAL_SEED_OFFSET, pool=pool,
-            max_prompt_length=config.data.max_prompt_length,
-            prompt_buckets=tuple(config.sampling.prompt_length_buckets),
-            row_buckets=tuple(config.sampling.row_buckets), mesh=mesh)
+        settings = EvalSettings(
+            template=config.data.prompt_template, num_samples=2, temperature=config.eval.temperature,
+            top_p=config.eval.top_p, max_new_tokens=config.sampling.max_new_tokens,
+            max_prompt_length=config.data.max_prompt_length, seed=config.seed + TRAINER_EVAL_SEED_OFFSET,
+            prompt_buckets=tuple(config.sampling.prompt_length_buckets), row_buckets=tuple(config.sampling.row_buckets))
+        direct = sample_and_grade(trained, build_tokenizer(config), rows, settings, pool=pool, mesh=mesh)
     assert results["benchmarks"]["synthetic"]["correct_counts"] == direct.sum(1).tolist()
 
 

@@ -4,8 +4,9 @@ from greso_jax.config import get_config
 import numpy as np
 
 from greso_jax.data.rows import PromptRow
-from greso_jax.run.build import (learner_from_config, loss_config, optimizer_settings, prompt_levels, sampling_kwargs,
-                                   selector_from_config)
+from greso_jax.run.build import (decode_schedule, eval_settings, learner_from_config, loss_config, optimizer_settings,
+                                 prompt_levels, sampling_kwargs, selector_from_config)
+from greso_jax.run.scoring import EVAL_SEED_OFFSET, EvalSettings
 from greso_jax.models import PRESETS, init_model
 from greso_jax.rl.losses import LossConfig
 from greso_jax.rl.optim import OptimizerSettings
@@ -34,6 +35,20 @@ def test_sampling_kwargs():
         "max_rows_per_call": 64, "min_compact_rows": c.sampling.min_compact_rows,
         "compact_shrink": c.sampling.compact_shrink, "live_prompts": c.sampling.live_prompts,
         "response_chunks": c.sampling.response_chunks}
+
+
+def test_eval_settings_come_from_the_eval_section_and_the_sampler():
+    c = get_config()
+    c.seed, c.eval.num_samples, c.eval.temperature, c.eval.top_p = 5, 3, 0.6, 0.9
+    c.data.prompt_template, c.data.max_prompt_length, c.sampling.max_new_tokens = "chat", 40, 12
+    c.sampling.prompt_length_buckets, c.sampling.row_buckets = (16, 40), (8,)
+    assert eval_settings(c) == EvalSettings(template="chat", num_samples=3, temperature=0.6, top_p=0.9,
+                                            max_new_tokens=12, max_prompt_length=40, seed=5 + EVAL_SEED_OFFSET,
+                                            prompt_buckets=(16, 40), row_buckets=(8,), schedule=decode_schedule(c))
+    c.eval.max_new_tokens = 7  # 0 (the default) means the sampler's budget
+    assert eval_settings(c).max_new_tokens == 7
+    overridden = eval_settings(c, seed=11, batch_prompts=4)
+    assert (overridden.seed, overridden.batch_prompts, overridden.num_samples) == (11, 4, 3)
 
 
 def test_the_datas_levels_reach_the_strategies_that_use_them():

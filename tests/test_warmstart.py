@@ -114,8 +114,8 @@ def test_build_policy_samples_the_first_training_rows_and_reports_where_it_stopp
                             warmstart_cache_dir=str(tmp_path / "shared"))
     graded = []
 
-    def sample_and_grade(model, tokenizer, validation, **kwargs):
-        graded.append((list(validation), kwargs))
+    def sample_and_grade(model, tokenizer, validation, settings, **kwargs):
+        graded.append((list(validation), settings))
         return np.arange(8)[:, None] < 2 * len(graded)  # 2/8, then 4/8 correct
 
     monkeypatch.setattr(build, "sample_and_grade", sample_and_grade)
@@ -124,7 +124,9 @@ def test_build_policy_samples_the_first_training_rows_and_reports_where_it_stopp
                  report=report)
     assert report == {"warmstart/steps": 10, "warmstart/accuracy": 0.5}
     assert all(validation == rows[:8] for validation, _ in graded) and len(graded) == 2
-    assert graded[0][1]["num_samples"] == 1 and graded[0][1]["temperature"] == 1.0
+    band = graded[0][1]  # the band's own sampling: one response per row at temperature 1, top-p 1
+    assert (band.num_samples, band.temperature, band.top_p) == (1, 1.0, 1.0)
+    assert band.max_new_tokens == c.sampling.max_new_tokens and band.seed == c.seed + 1_000_003
     assert len(_published(tmp_path / "shared")) == 1 and not (tmp_path / "run").exists()
 
     # A second run with the band (another workdir, the shared cache) reuses it without measuring.
@@ -139,7 +141,7 @@ def _record_warmstart(monkeypatch, correct):
     and the supervised pairs each warm start is given; returns (graded, taught)."""
     graded, taught = [], []
 
-    def sample_and_grade(model, tokenizer, validation, **kwargs):
+    def sample_and_grade(model, tokenizer, validation, settings, **kwargs):
         graded.append(list(validation))
         return correct(validation)
 

@@ -1,5 +1,5 @@
 """Turns an experiment config into the run's components: tokenizer, policy, learner, selector, data rows,
-and the sampler's keyword arguments.
+the sampler's keyword arguments and the evaluation's settings.
 
 Low layers (rl, sampling, rewards, selection, data, models) take explicit arguments; this module is
 where the config tree's fields are mapped onto them, so a renamed config field changes one place.
@@ -34,7 +34,7 @@ from greso_jax.rl.learner import Learner
 from greso_jax.rl.losses import LossConfig
 from greso_jax.rl.optim import OptimizerSettings
 from greso_jax.run.checkpoint import restore_params
-from greso_jax.run.scoring import EVAL_SEED_OFFSET, sample_and_grade
+from greso_jax.run.scoring import EVAL_SEED_OFFSET, EvalSettings, sample_and_grade
 from greso_jax.run.warmstart import AccuracyBand, cached_warmstart
 
 
@@ -68,6 +68,20 @@ def decode_schedule(config) -> dict:
     s = config.sampling
     return {"min_compact_rows": int(s.min_compact_rows), "compact_shrink": float(s.compact_shrink),
             "live_prompts": int(s.live_prompts), "response_chunks": int(s.response_chunks)}
+
+
+def eval_settings(config, **overrides) -> EvalSettings:
+    """How the run's evaluation samples: eval.num_samples / temperature / top_p / max_new_tokens (0:
+    sampling.max_new_tokens), data.prompt_template / max_prompt_length, the sampler's buckets and
+    decode schedule, and seed + EVAL_SEED_OFFSET. `overrides` replace fields by name (the evaluate
+    CLI's flags, the warm-start band's own sampling)."""
+    e, s, d = config.eval, config.sampling, config.data
+    settings = EvalSettings(template=d.prompt_template, num_samples=int(e.num_samples), temperature=float(e.temperature),
+                            top_p=float(e.top_p), max_new_tokens=int(e.max_new_tokens or s.max_new_tokens),
+                            max_prompt_length=int(d.max_prompt_length), seed=int(config.seed) + EVAL_SEED_OFFSET,
+                            prompt_buckets=tuple(s.prompt_length_buckets), row_buckets=tuple(s.row_buckets),
+                            schedule=decode_schedule(config))
+    return dataclasses.replace(settings, **overrides)
 
 
 def sampling_kwargs(config) -> dict:
@@ -199,21 +213,18 @@ def accuracy_band(config, tokenizer, rows) -> AccuracyBand:
     """train.warmstart_accuracy_low/high checked every train.warmstart_check_every steps: the mean
     correctness of train.warmstart_validation_samples responses per row of `rows`, sampled at
     temperature 1 within sampling.max_new_tokens and graded as evaluation grades them."""
-    t, d, s = config.train, config.data, config.sampling
+    t, d = config.train, config.data
+    # The evaluation's sampling stream, on other rows, at the training sampler's response budget.
+    sampling = eval_settings(config, num_samples=int(t.warmstart_validation_samples), temperature=1.0, top_p=1.0,
+                             max_new_tokens=int(config.sampling.max_new_tokens))
     settings = {"rows": hashlib.sha256(json.dumps([(r.question, r.ground_truth) for r in rows]).encode()).hexdigest(),
-                "samples": t.warmstart_validation_samples, "temperature": 1.0, "max_new_tokens": s.max_new_tokens,
-                "template": d.prompt_template, "max_prompt_length": d.max_prompt_length,
-                "seed": config.seed + EVAL_SEED_OFFSET}  # the evaluation's sampling stream, on other rows
+                "samples": sampling.num_samples, "temperature": sampling.temperature,
+                "max_new_tokens": sampling.max_new_tokens, "template": sampling.template,
+                "max_prompt_length": sampling.max_prompt_length, "seed": sampling.seed}
 
     def measure(model) -> float:
         with GradingPool(num_workers=0, timeout_s=d.grading_timeout_s, shaping=d.reward_shaping) as pool:
-            correct = sample_and_grade(
-                model, tokenizer, rows, template=d.prompt_template, num_samples=settings["samples"],
-                temperature=settings["temperature"], top_p=1.0, max_new_tokens=s.max_new_tokens,
-                seed=settings["seed"], pool=pool, max_prompt_length=d.max_prompt_length,
-                prompt_buckets=tuple(s.prompt_length_buckets), row_buckets=tuple(s.row_buckets),
-                schedule=decode_schedule(config))
-        return float(correct.mean())
+            return float(sample_and_grade(model, tokenizer, rows, sampling, pool=pool).mean())
 
     return AccuracyBand(low=t.warmstart_accuracy_low, high=t.warmstart_accuracy_high,
                         check_every=t.warmstart_check_every, measure=measure, settings=settings)

@@ -1,12 +1,15 @@
 """Benchmark scoring: pass@1, avg@k and unbiased pass@k of k sampled, graded responses per problem.
 
-`sample_and_grade` is the code both the trainer's in-training evaluation and the evaluate CLI run.
+`sample_and_grade` is the code the trainer's in-training evaluation, the warm start's accuracy
+band and the evaluate CLI run; `EvalSettings` is everything that decides what it samples, built
+from a config in one place (`run.build.eval_settings`) so that the three cannot drift apart.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import jax
 import numpy as np
@@ -42,27 +45,42 @@ def summarize(correct_pk: np.ndarray, k: int | None = None) -> dict[str, float]:
     }
 
 
-def sample_and_grade(model, tokenizer, rows: Sequence, *, template: str, num_samples: int, temperature: float,
-                     top_p: float, max_new_tokens: int, seed: int, pool, max_prompt_length: int,
-                     prompt_buckets=None, row_buckets=None, schedule: dict | None = None, batch_prompts: int = 128,
-                     mesh=None) -> np.ndarray:
-    """Samples `num_samples` responses per row and grades them; returns correct bool [P, K].
-    Prompts longer than max_prompt_length are graded as wrong (counted, not dropped, so that
-    benchmarks keep their size). schedule: `from_config.decode_schedule` (None: generate's defaults)."""
-    prompts = [tokenizer.encode(format_prompt(row, template, tokenizer)) for row in rows]
-    correct = np.zeros((len(rows), num_samples), bool)
-    key = jax.random.PRNGKey(seed)
-    for start in range(0, len(rows), batch_prompts):
-        chunk = [i for i in range(start, min(start + batch_prompts, len(rows))) if len(prompts[i]) <= max_prompt_length]
+@dataclasses.dataclass(frozen=True)
+class EvalSettings:
+    """How `sample_and_grade` samples: every field changes the responses, hence the numbers."""
+
+    template: str  # the prompt template (data.prompt_template)
+    num_samples: int  # responses per problem, K
+    temperature: float  # 0: greedy
+    top_p: float
+    max_new_tokens: int
+    max_prompt_length: int  # longer prompts are graded wrong: counted, not dropped, so benchmarks keep their size
+    seed: int
+    prompt_buckets: tuple[int, ...] | None = None  # None: generate's defaults
+    row_buckets: tuple[int, ...] | None = None
+    schedule: Mapping | None = None  # `build.decode_schedule`: how rows and cache are scheduled (None: defaults)
+    batch_prompts: int = 128  # problems per sampler call; each call's key is folded in from its first problem
+
+
+def sample_and_grade(model, tokenizer, rows: Sequence, settings: EvalSettings, *, pool, mesh=None) -> np.ndarray:
+    """Samples `settings.num_samples` responses per row and grades them with `pool`; returns correct
+    bool [P, K] (all False for a prompt longer than settings.max_prompt_length)."""
+    s = settings
+    prompts = [tokenizer.encode(format_prompt(row, s.template, tokenizer)) for row in rows]
+    correct = np.zeros((len(rows), s.num_samples), bool)
+    key = jax.random.PRNGKey(s.seed)
+    for start in range(0, len(rows), s.batch_prompts):
+        chunk = [i for i in range(start, min(start + s.batch_prompts, len(rows)))
+                 if len(prompts[i]) <= s.max_prompt_length]
         if not chunk:
             continue
-        out = generate(model, [prompts[i] for i in chunk], num_samples=num_samples, max_new_tokens=max_new_tokens,
-                       rng=jax.random.fold_in(key, start), temperature=temperature, top_p=top_p,
-                       eos_ids=tokenizer.eos_ids, pad_id=tokenizer.pad_id, prompt_buckets=prompt_buckets,
-                       row_buckets=row_buckets, mesh=mesh, **(schedule or {}))
-        texts = [tokenizer.decode(out.tokens[r, :out.lengths[r]]) for r in range(len(chunk) * num_samples)]
-        golds = [rows[i].ground_truth for i in chunk for _ in range(num_samples)]
-        sources = [rows[i].data_source for i in chunk for _ in range(num_samples)]
+        out = generate(model, [prompts[i] for i in chunk], num_samples=s.num_samples, max_new_tokens=s.max_new_tokens,
+                       rng=jax.random.fold_in(key, start), temperature=s.temperature, top_p=s.top_p,
+                       eos_ids=tokenizer.eos_ids, pad_id=tokenizer.pad_id, prompt_buckets=s.prompt_buckets,
+                       row_buckets=s.row_buckets, mesh=mesh, **(s.schedule or {}))
+        texts = [tokenizer.decode(out.tokens[r, :out.lengths[r]]) for r in range(len(chunk) * s.num_samples)]
+        golds = [rows[i].ground_truth for i in chunk for _ in range(s.num_samples)]
+        sources = [rows[i].data_source for i in chunk for _ in range(s.num_samples)]
         result = pool.score(texts, golds, sources)
-        correct[chunk] = np.asarray(result.correct, bool).reshape(len(chunk), num_samples)
+        correct[chunk] = np.asarray(result.correct, bool).reshape(len(chunk), s.num_samples)
     return correct

@@ -16,12 +16,12 @@ from typing import Any
 import jax
 import numpy as np
 
-from greso_jax.run.scoring import EVAL_SEED_OFFSET, sample_and_grade, summarize
+from greso_jax.run.scoring import sample_and_grade, summarize
 from greso_jax.run.checkpoint import Checkpointer, checkpoint_dir, restore_run_state, save_run_state
 from greso_jax.run.timers import SectionTimers
 from greso_jax.config import validate
 from greso_jax.data.pipeline import PromptPipeline
-from greso_jax.run.build import (decode_schedule, learner_from_config, prompt_levels, rows_from_config,
+from greso_jax.run.build import (eval_settings, learner_from_config, prompt_levels, rows_from_config,
                                    sampling_kwargs, selector_from_config)
 from greso_jax.run.records import GroupTraceWriter, MetricsWriter, Progress, format_table, plot_run, run_summary
 from greso_jax.parallel import multihost
@@ -173,19 +173,15 @@ class Trainer:
 
     def evaluate(self, step: int) -> dict[str, float]:
         """avg@k, pass@1 and pass@k on every evaluation set, and their mean as eval/accuracy."""
-        c, g = self.config, self.generation
+        settings = eval_settings(self.config)
         out, means = {}, []
         start = time.perf_counter()
         for name, rows in self.eval_sets.items():
-            correct = sample_and_grade(
-                self.learner.model, self.tokenizer, rows, template=c.data.prompt_template,
-                num_samples=c.eval.num_samples, temperature=c.eval.temperature, top_p=c.eval.top_p,
-                max_new_tokens=c.eval.max_new_tokens or g["max_new_tokens"], seed=c.seed + EVAL_SEED_OFFSET,
-                pool=self.pool, max_prompt_length=c.data.max_prompt_length, prompt_buckets=g["prompt_buckets"],
-                row_buckets=g["row_buckets"], schedule=decode_schedule(c), mesh=self.mesh)
+            correct = sample_and_grade(self.learner.model, self.tokenizer, rows, settings, pool=self.pool,
+                                       mesh=self.mesh)
             summary = summarize(correct)
             out.update({f"eval/{name}/{k}": v for k, v in summary.items()})
-            means.append(summary[f"avg@{c.eval.num_samples}"])
+            means.append(summary[f"avg@{settings.num_samples}"])
         out["eval/accuracy"] = float(np.mean(means)) if means else float("nan")
         out["time/eval"] = time.perf_counter() - start
         return out
