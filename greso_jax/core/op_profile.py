@@ -4,9 +4,9 @@ named scopes (`jax.named_scope`) that the program's optimised HLO records for ea
 An op event is one whose name (CPU: the thunk's HLO instruction) or `hlo_op` argument (GPU kernels)
 names an instruction of the program's HLO (kernels run inside an XLA:GPU command buffer are named
 by the buffer only, so profile with command buffers off). Control-flow instructions (while,
-conditional, call) are left out: their events span their bodies, whose ops are counted themselves. An instruction's
-scope is the innermost component of its `op_name` metadata path that is one of the scopes asked
-for. XLA gives a fusion the metadata of its root; a fusion that holds matmuls counts where most of
+conditional, call) are left out: their events span their bodies, whose ops are counted themselves.
+An instruction's scope is the innermost component of its `op_name` metadata path that is one of
+the scopes asked for. XLA gives a fusion the metadata of its root; a fusion that holds matmuls counts where most of
 their output was written instead, so a matmul with the next norm fused in counts as the matmul.
 
 Times: `op_us` sums event durations per scope (on CPU, time on the thread that ran the op, while

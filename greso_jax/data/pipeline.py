@@ -3,8 +3,8 @@ drop over-long prompts → the selector's keep decisions → tokenised elements 
 read at random for the kept prompts only), with a stream state that round-trips exactly.
 
 The order and the keep decisions are NumPy over prompt ids, ahead of the element path: a
-selector skips most of the stream late in training, and a skip pulled through Grain's
-per-element iterator cost about 60 µs (`experiments/bench/pipeline_skip.py`).
+selector skips most of the stream late in training, and pulling each skip through Grain's
+per-element iterator would cost far more than the decision (`experiments/bench/pipeline_skip.py`).
 
 Multi-host: every host builds the same pipeline with its `shard_index` / `shard_count`. All
 hosts share one permutation per epoch (same seed) and host i reads positions

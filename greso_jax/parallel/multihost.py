@@ -72,7 +72,7 @@ def put_tree(tree, shardings):
     `jax.device_put`: e.g. one sharding per nnx Variable)."""
     if all(s.is_fully_addressable for s in jax.tree.leaves(shardings)):
         # Leaves already in place are kept and the rest moved in one batched transfer: device_put
-        # costs ~0.1 ms per leaf even for a leaf already in place, milliseconds per model.
+        # has a fixed cost per leaf even for a leaf already in place, which adds up over a model.
         leaves, treedef = jax.tree.flatten(tree)
         targets = jax.tree.leaves(jax.tree.broadcast(shardings, tree))
         moving = [i for i, (x, s) in enumerate(zip(leaves, targets))

@@ -2,8 +2,8 @@
 
 Each arrow is one call into a component (docs/design.md, "One training step"): the strategy
 and its step driver (`selection`), generation (`sampling`), grading (`rewards`), batch
-assembly and the update (`rl`). The pieces are built from the config by `policy` and
-`from_config`; run state is saved and restored by `checkpoint`.
+assembly and the update (`rl`). The pieces are built from the config by `run.build`; run state
+is saved and restored by `run.checkpoint`.
 """
 
 from __future__ import annotations

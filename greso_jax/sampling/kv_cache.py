@@ -3,8 +3,8 @@ for all rows, attending to the shared prompt cache and the per-row response cach
 the prompt cache to the G rows of its group.
 
 Cache layout, per layer: batch and head dimensions lead so both attention products are plain
-batched matmuls; keys are stored transposed (sequence minor), which XLA:CPU multiplies ~4x
-faster than [T, hd] keys (measured):
+batched matmuls; keys are stored transposed (sequence minor), which XLA:CPU multiplies much
+faster than [T, hd] keys:
   prompt cache    k [N, Hkv, hd, Tp], v [N, Hkv, Tp, hd]          written once by `prefill`
   response cache  k [N, G, Hkv, hd, L], v [N, G, Hkv, L, hd]      slot s: response token s
 In a plain call every row is at the same response step, so a decode step writes one slot for all

@@ -65,9 +65,8 @@ def truncate(logits, top, k: int, top_p=None, scale=1.0):
     the top-k, renormalised): every token at or above the largest weight threshold whose kept mass
     reaches top_p, ties kept, so the most likely token always is. Both cut-offs are found by
     bisection on the weights rather than by sorting the vocabulary, which XLA does slowly (on CPU,
-    512 rows x 151,936 tokens: about 13 s for top_k, 15 s for a sort; the bisection's 30 passes
-    are about 1 s). The nucleus test sums the excluded tail, which float32
-    resolves even for top_p within 1e-6 of 1. A token whose weight underflows to 0 is never drawn
+    at Qwen's vocabulary, top_k or a sort costs many times the bisection's 30 passes). The nucleus
+    test sums the excluded tail, which float32 resolves even for top_p within 1e-6 of 1. A token whose weight underflows to 0 is never drawn
     whichever side of a cut-off it falls."""
     if (k <= 0 or k >= logits.shape[-1]) and top_p is None:
         return logits
