@@ -11,10 +11,10 @@ checkpoint. `--print_only` prints the commands instead (to launch them on a
 cluster); `--collect_only` only reads the finished runs. The results go to ROOT:
 ablation.txt (table), ablation.json and accuracy_vs_rollouts.png. `--knob` sweeps another field
 the same way, e.g. the posterior selector's main knob, the zero-variance ratio its threshold is
-tuned toward: `--knob selection.posterior.target_zero_variance`. The table's first column is then
-named after the field, and the two per-step values a strategy logs as selection/p_easy and
-selection/p_hard are named after what they are for the knob's strategy (the posterior: its
-threshold and its calibration), or left out for a strategy that logs no such pair.
+tuned toward: `--knob selection.posterior.target_zero_variance`. The table's first column is named
+after the field; the knobs the field's strategy declares (logged as selection/<strategy>/<knob>:
+GRESO's p_easy / p_hard, the posterior's threshold / calibration) get a column as epoch 1 begins
+and one at the end. The default knob and values are the ablation GRESO declares (Δp).
 """
 
 from __future__ import annotations
@@ -27,20 +27,16 @@ import shlex
 import sys
 from typing import Sequence
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO_ROOT not in sys.path:  # run as a script from anywhere: greso_jax is the sibling package
-    sys.path.insert(0, REPO_ROOT)
+from experiments.sweep import absolute_config, is_finished, run_logged, shared_warmstart, train_command
+from greso_jax.run.records import format_table, read_lines
+from greso_jax.selection import STRATEGIES
 
-from experiments.sweep import (absolute_config, is_finished, run_logged, shared_warmstart,  # noqa: E402
-                               train_command)
-from greso_jax.run.records import format_table, read_lines  # noqa: E402
-
-TABLE_COLUMNS = ["delta_p", "steps", "accuracy_before", "accuracy_final", "responses_generated",
-                 "prompts_skipped", "mean_effective_batch", "p_easy_epoch_1", "p_hard_epoch_1", "final_p_easy",
-                 "final_p_hard"]
-# What each strategy logs as selection/p_easy and selection/p_hard; the others log no such pair.
-LOGGED_PAIR = {"greso": ("p_easy", "p_hard"), "posterior": ("threshold", "calibration")}
-_PAIR_COLUMNS = ("p_easy_epoch_1", "p_hard_epoch_1", "final_p_easy", "final_p_hard")
+RUN_COLUMNS = ["steps", "accuracy_before", "accuracy_final", "responses_generated", "prompts_skipped",
+               "mean_effective_batch"]
+# The first strategy declaring an ablation (GRESO's Δp), its field and values.
+_ABLATED = next(name for name, cls in STRATEGIES.items() if cls.ablation is not None)
+DEFAULT_KNOB = f"selection.{_ABLATED}.{STRATEGIES.get(_ABLATED).ablation.field}"
+DEFAULT_VALUES = ",".join(f"{v:g}" for v in STRATEGIES.get(_ABLATED).ablation.values)
 
 
 def run_name(value: float) -> str:
@@ -57,9 +53,6 @@ def parse_values(text: str) -> list[float]:
     if len({run_name(v) for v in values}) != len(values):
         raise ValueError(f"--values: repeated value in {text!r}")
     return values
-
-
-DEFAULT_KNOB = "selection.greso.delta_p"
 
 
 def launch_command(config: str, value: float, workdir: str, overrides: Sequence[str] = (),
@@ -96,48 +89,47 @@ def effective_batch(record: dict) -> float | None:
     return groups * (1.0 - (zero_std if isinstance(zero_std, (int, float)) else 0.0))
 
 
-def p_entering_epoch_1(records: Sequence[dict]) -> tuple[float, float]:
-    """(p_easy, p_hard) as the first step of the stream's epoch 1 begins: the values the last
-    epoch-0 step left (GRESO adapts from epoch 1 by default, so these are the initial values);
-    NaN when the run never reached epoch 1 or began its training in it."""
-    if not any(r.get("data/epoch", 0) >= 1 for r in records):
-        return float("nan"), float("nan")
-    before = [r for r in records if r.get("step", 0) > 0 and r.get("data/epoch") == 0 and "selection/p_easy" in r]
-    if not before:
-        return float("nan"), float("nan")
-    return before[-1]["selection/p_easy"], before[-1]["selection/p_hard"]
+def knob_metrics(knob: str) -> dict[str, str]:
+    """{knob: metric name} of the knobs the strategy of a swept selection.<strategy>.<field> declares ({} for
+    another field)."""
+    parts = knob.split(".")
+    if len(parts) != 3 or parts[0] != "selection" or parts[1] not in STRATEGIES:
+        return {}
+    return {name: f"selection/{parts[1]}/{name}" for name in STRATEGIES.get(parts[1]).knobs}
 
 
-def summarize_run(records: Sequence[dict], delta_p: float) -> dict:
-    """One table row from a run's metrics.jsonl records."""
-    p_easy_epoch_1, p_hard_epoch_1 = p_entering_epoch_1(records)
+def table_columns(knob: str = DEFAULT_KNOB) -> list[str]:
+    """The table's columns for `knob`: the swept value under the field's name (the whole path where the
+    name is another column's), the run's numbers, each knob as epoch 1 begins and at the end."""
+    field = knob.split(".")[-1]
+    knobs = list(knob_metrics(knob))
+    return [knob if field in RUN_COLUMNS else field, *RUN_COLUMNS, *(f"{k}_epoch_1" for k in knobs),
+            *(f"final_{k}" for k in knobs)]
+
+
+def knobs_entering_epoch_1(records: Sequence[dict], metrics: dict[str, str]) -> dict[str, float]:
+    """{knob: value} as the first step of the stream's epoch 1 begins: the values the last epoch-0 step
+    left (GRESO adapts from epoch 1 by default, so these are the initial values); NaN when the run
+    never reached epoch 1 or began its training in it."""
+    before = [r for r in records if r.get("step", 0) > 0 and r.get("data/epoch") == 0
+              and all(key in r for key in metrics.values())]
+    if not any(r.get("data/epoch", 0) >= 1 for r in records) or not before:
+        return {name: float("nan") for name in metrics}
+    return {name: before[-1][key] for name, key in metrics.items()}
+
+
+def summarize_run(records: Sequence[dict], value: float, knob: str = DEFAULT_KNOB) -> dict:
+    """One table row (`table_columns(knob)`) from a run's metrics.jsonl records."""
+    metrics = knob_metrics(knob)
+    at_epoch_1 = knobs_entering_epoch_1(records, metrics)
     evals = [r["eval/accuracy"] for r in records if isinstance(r.get("eval/accuracy"), (int, float))]
     batches = [b for r in records if r.get("step", 0) > 0 and (b := effective_batch(r)) is not None]
-    return {"delta_p": delta_p, "steps": max((r["step"] for r in records), default=0),
-            "accuracy_before": evals[0] if evals else float("nan"),
-            "accuracy_final": evals[-1] if evals else float("nan"),
-            "responses_generated": int(_last(records, "rollout/num_responses", 0)),
-            "prompts_skipped": int(_last(records, "selection/skipped_total", 0)),
-            "mean_effective_batch": sum(batches) / len(batches) if batches else float("nan"),
-            "p_easy_epoch_1": p_easy_epoch_1, "p_hard_epoch_1": p_hard_epoch_1,
-            "final_p_easy": _last(records, "selection/p_easy"), "final_p_hard": _last(records, "selection/p_hard")}
-
-
-def relabel(row: dict, knob: str) -> dict:
-    """A table row with its columns named for `knob`: the swept value under the field's name (the
-    whole path where the name is another column's), and for a knob of selection.<strategy>.* the
-    pair that strategy logs as p_easy / p_hard under its names for it, or no pair if it logs none."""
-    if knob == DEFAULT_KNOB:
-        return row
-    parts = knob.split(".")
-    value_name = knob if parts[-1] in TABLE_COLUMNS else parts[-1]
-    pair = LOGGED_PAIR.get(parts[1]) if len(parts) == 3 and parts[0] == "selection" else None
-    names = {"delta_p": value_name}
-    if pair:
-        easy, hard = pair
-        names.update({"p_easy_epoch_1": f"{easy}_epoch_1", "p_hard_epoch_1": f"{hard}_epoch_1",
-                      "final_p_easy": f"final_{easy}", "final_p_hard": f"final_{hard}"})
-    return {names.get(k, k): v for k, v in row.items() if pair or k not in _PAIR_COLUMNS}
+    numbers = [value, max((r["step"] for r in records), default=0), evals[0] if evals else float("nan"),
+               evals[-1] if evals else float("nan"), int(_last(records, "rollout/num_responses", 0)),
+               int(_last(records, "selection/skipped_total", 0)),
+               sum(batches) / len(batches) if batches else float("nan"),
+               *at_epoch_1.values(), *(_last(records, key) for key in metrics.values())]
+    return dict(zip(table_columns(knob), numbers))
 
 
 def collect(root: str, values: Sequence[float], log=print) -> dict[float, list[dict]]:
@@ -173,7 +165,7 @@ def plot_accuracy_vs_rollouts(runs: dict[float, list[dict]], path: str, knob: st
             ax.plot(xs, ys, marker="o", label=f"{label} = {value:g}")
     ax.set_xlabel("cumulative rollouts (responses generated)")
     ax.set_ylabel("held-out accuracy")
-    ax.set_title("GRESO Δp ablation" if knob == DEFAULT_KNOB else f"{knob} ablation")
+    ax.set_title(f"{knob} ablation")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -184,9 +176,9 @@ def plot_accuracy_vs_rollouts(runs: dict[float, list[dict]], path: str, knob: st
 
 def write_report(root: str, runs: dict[float, list[dict]], knob: str = DEFAULT_KNOB) -> tuple[str, list[dict]]:
     """Writes ROOT/ablation.txt, ablation.json and accuracy_vs_rollouts.png; returns (table text, rows)."""
-    rows = [relabel(summarize_run(records, value), knob) for value, records in sorted(runs.items())]
+    rows = [summarize_run(records, value, knob) for value, records in sorted(runs.items())]
     display = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()} for row in rows]
-    table = format_table(display, list(relabel(dict.fromkeys(TABLE_COLUMNS), knob)))
+    table = format_table(display, table_columns(knob))
     os.makedirs(root, exist_ok=True)
     with open(os.path.join(root, "ablation.txt"), "w") as f:
         f.write(table + "\n")
@@ -199,11 +191,11 @@ def write_report(root: str, runs: dict[float, list[dict]], knob: str = DEFAULT_K
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help="experiment file[:variant], as for greso_jax.train")
-    parser.add_argument("--values", default="0.0025,0.005,0.01,0.02,0.05", help="comma-separated Δp values")
+    parser.add_argument("--values", default=DEFAULT_VALUES, help="comma-separated Δp values")
     parser.add_argument("--workdir_root", required=True, help="one workdir per value goes under it")
     parser.add_argument("--knob", default=DEFAULT_KNOB,
-                        help="the config field swept (e.g. selection.posterior.target_zero_variance for the "
-                             "posterior selector); the table's first column is named after it")
+                        help="the config field swept (default: the declared ablation; any selection.<strategy>.<field> "
+                             "or other field); the table's first column is named after it")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--print_only", action="store_true", help="print the launch commands and stop")
     mode.add_argument("--collect_only", action="store_true", help="only collect the finished runs")

@@ -9,7 +9,7 @@ Variants (comma-separated, e.g. `experiments/arith_tiny.py:ds,quick`):
 """
 
 from greso_jax.config import get_config as base_config
-from greso_jax.selection import resolve_strategy, training_strategy_names
+from greso_jax.selection import training_strategy_names
 
 
 def get_config(variant: str = "greso"):
@@ -63,7 +63,7 @@ def get_config(variant: str = "greso"):
 
     for option in options:
         if option != "quick":
-            c.selection.strategy = resolve_strategy(option)
+            c.selection.strategy = option  # an alias is resolved by config.validate
     if c.selection.strategy == "aero":
         # AERO drops rejected responses from the update; with 64-row micro-batches the update's
         # row count follows what it keeps (padded to 2 x 64 rows) instead of staying at 512.

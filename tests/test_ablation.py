@@ -1,26 +1,18 @@
 """The Δp ablation runner: launch commands, collection, table and plot on synthetic metrics.jsonl files
 (no training), and one real two-value sweep of two training steps each (slow)."""
 
-import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
 
 import pytest
 
+from experiments import ablate_delta_p as ablation
+
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 SCRIPT = os.path.join(ROOT, "experiments", "ablate_delta_p.py")
-
-
-def load_ablation():
-    spec = importlib.util.spec_from_file_location("ablate_delta_p", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-ablation = load_ablation()
 
 
 def write_run(root, delta_p, records, finished=True):
@@ -33,14 +25,16 @@ def write_run(root, delta_p, records, finished=True):
             json.dump({"steps": records[-1]["step"]}, f)
 
 
-def synthetic_run(accuracies, responses_per_step, skipped_per_step, groups, zero_std):
-    """Step 0 eval, then one record per step with an eval every second step."""
+def synthetic_run(accuracies, responses_per_step, skipped_per_step, groups, zero_std, knobs=("greso/p_easy",
+                                                                                            "greso/p_hard")):
+    """Step 0 eval, then one record per step with an eval every second step; the two `knobs`
+    (selection/<strategy>/<knob>) go down and up by 0.01 a step from 0.5."""
     records = [{"step": 0, "eval/accuracy": accuracies[0], "rollout/num_responses": 0, "selection/skipped_total": 0}]
     for step in range(1, len(responses_per_step) + 1):
         record = {"step": step, "rollout/num_responses": sum(responses_per_step[:step]),
                   "selection/skipped_total": sum(skipped_per_step[:step]), "train/groups": groups[step - 1],
-                  "actor/frac_zero_std_groups": zero_std[step - 1], "selection/p_easy": 0.5 - 0.01 * step,
-                  "selection/p_hard": 0.5 + 0.01 * step, "data/epoch": (step - 1) // 2}
+                  "actor/frac_zero_std_groups": zero_std[step - 1], f"selection/{knobs[0]}": 0.5 - 0.01 * step,
+                  f"selection/{knobs[1]}": 0.5 + 0.01 * step, "data/epoch": (step - 1) // 2}
         if step % 2 == 0:
             record["eval/accuracy"] = accuracies[step // 2]
         records.append(record)
@@ -66,7 +60,8 @@ def test_table_plot_and_json_from_synthetic_runs(tmp_path):
     assert (first["p_easy_epoch_1"], first["p_hard_epoch_1"]) == pytest.approx((0.48, 0.52))  # after step 2
     assert second["accuracy_final"] == 0.35 and second["responses_generated"] == 1024
     assert second["mean_effective_batch"] == 32
-    assert table.splitlines()[0].split() == ablation.TABLE_COLUMNS and len(table.splitlines()) == 4
+    assert table.splitlines()[0].split() == ablation.table_columns() and len(table.splitlines()) == 4
+    assert ablation.table_columns()[-4:] == ["p_easy_epoch_1", "p_hard_epoch_1", "final_p_easy", "final_p_hard"]
     assert open(tmp_path / "ablation.txt").read() == table + "\n"
     assert json.load(open(tmp_path / "ablation.json")) == json.loads(json.dumps(rows))
     assert (tmp_path / "accuracy_vs_rollouts.png").stat().st_size > 5000
@@ -130,12 +125,14 @@ def test_another_knob_is_swept_and_reported_under_its_own_names(tmp_path):
     command = ablation.launch_command("/x/c.py:posterior", 0.05, "/r/dp_0.05", ["--config.seed=1"], knob=knob)
     assert "--config.selection.posterior.target_zero_variance=0.05" in command and "--config.seed=1" in command
     assert not any("delta_p" in part for part in command)
-    runs = {0.08: synthetic_run([0.2, 0.3, 0.4], [256] * 4, [0, 10, 20, 30], [32] * 4, [0.0] * 4)}
+    runs = {0.08: synthetic_run([0.2, 0.3, 0.4], [256] * 4, [0, 10, 20, 30], [32] * 4, [0.0] * 4,
+                                knobs=("posterior/threshold", "posterior/calibration"))}
     table, (row,) = ablation.write_report(str(tmp_path), runs, knob)
     assert row["target_zero_variance"] == 0.08 and "delta_p" not in row
     assert row["final_threshold"] == pytest.approx(0.46) and row["final_calibration"] == pytest.approx(0.54)
     assert table.split("\n")[0].split()[:2] == ["target_zero_variance", "steps"] and "p_easy" not in table
-    _, (row,) = ablation.write_report(str(tmp_path), runs, "selection.mopps.decay")  # MoPPS logs no such pair
+    _, (row,) = ablation.write_report(str(tmp_path), runs, "selection.mopps.decay")  # MoPPS's knob: its tolerance
     assert row["decay"] == 0.08 and not any("p_easy" in k or "threshold" in k for k in row)
+    assert math.isnan(row["final_tolerance"])  # not in these records
     _, (row,) = ablation.write_report(str(tmp_path), runs, "rl.steps")  # named like another column
     assert row["rl.steps"] == 0.08 and row["steps"] == 4

@@ -7,7 +7,7 @@ import pytest
 
 from greso_jax.rl.advantages import compute_advantages
 from greso_jax.selection import AeroSelector
-from greso_jax.selection.aero import posterior_baseline, rejection_mask, rescue_widths
+from greso_jax.selection.strategies.aero import posterior_baseline, rejection_mask, rescue_widths
 
 
 def test_rescue_widths_spend_the_budget_exactly():
@@ -52,8 +52,8 @@ def test_curate_strata():
     again = s.curate(3, low, low.astype(np.float32)).loss_mask
     np.testing.assert_array_equal(mask, again)  # keyed by (seed, step, prompt): deterministic
     metrics = s.end_step()
-    assert metrics["selection/posterior_groups"] == 2
-    assert metrics["selection/rejected_responses"] == 2 + 2  # two incorrect responses left out, twice
+    assert metrics["selection/aero/posterior_groups"] == 2
+    assert metrics["selection/aero/rejected_responses"] == 2 + 2  # two incorrect responses left out, twice
 
 
 def test_rejection_draws_depend_on_seed():
@@ -110,7 +110,7 @@ def test_budget_defaults_to_the_group_size_and_stage_one_to_half():
     s = AeroSelector(2, group_size=8, max_group_size=16)  # a larger budget is allowed and reported
     assert (s.n_explore, s.max_group_size) == (8, 16)
     s.begin_step(0)
-    assert s.end_step()["selection/max_group_size"] == 16
+    assert s.end_step()["selection/aero/max_group_size"] == 16
 
 
 def test_rejection_follows_the_stage_one_stratum():

@@ -1,6 +1,5 @@
 """The strategy comparison's arithmetic: costs to the target accuracy, speedups, precision and the report."""
 
-import importlib.util
 import json
 import math
 import os
@@ -8,11 +7,8 @@ import os
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-spec = importlib.util.spec_from_file_location("compare_strategies",
-                                              os.path.join(ROOT, "experiments", "bench", "compare_strategies.py"))
-compare_strategies = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(compare_strategies)
+from experiments.bench import compare_strategies
+from greso_jax.run.run_stats import run_stats
 
 
 def _records(accuracies, responses_per_step, seconds_per_step, **per_step):
@@ -65,7 +61,7 @@ def test_costs_to_the_target_and_speedups():
 
 def test_compilation_is_taken_out_of_the_times_and_reported_apart():
     records = _records([0.2, 0.3], 100, 4.0, **{"time/rollout_compile": 1.0, "time/update_compile": 0.5})
-    stats = compare_strategies.run_stats(records)
+    stats = run_stats(records)
     assert stats["compile_s"] == pytest.approx(3.0)  # two steps
     assert stats["rollout_s"] == pytest.approx(2 * (2.0 - 1.0)) and stats["update_s"] == pytest.approx(2 * 0.5)
     assert stats["total_s"] == pytest.approx(2 * (4.0 - 1.5))
@@ -77,14 +73,14 @@ def test_consistency_and_skip_precision_are_pooled_per_run():
                                                 "audit/easy_skips": 5, "audit/easy_zero_variance": 4,
                                                 "audit/hard_skips": 5, "audit/hard_zero_variance": 5,
                                                 "audit/responses": 80, "time/audit": 0.5})
-    stats = compare_strategies.run_stats(records)
+    stats = run_stats(records)
     assert stats["consistency_easy"] == pytest.approx(0.9) and stats["consistency_hard"] == 1.0
     assert stats["skip_precision_easy"] == pytest.approx(0.8) and stats["skip_precision"] == pytest.approx(0.9)
     assert stats["audit_responses"] == 160 and stats["audit_s"] == pytest.approx(1.0)
     # Skips without an easy / hard prediction count in the overall precision too.
     records = _records([0.2, 0.3], 100, 1.0, **{"audit/hard_skips": 3, "audit/hard_zero_variance": 3,
                                                 "audit/other_skips": 1, "audit/other_zero_variance": 0})
-    stats = compare_strategies.run_stats(records)
+    stats = run_stats(records)
     assert stats["audited_other"] == 2 and stats["skip_precision"] == pytest.approx(0.75)
 
 
@@ -104,13 +100,13 @@ def test_the_comparison_needs_the_baseline_and_variants_map_to_runs(tmp_path):
 
 def test_report_has_the_tables_plots_and_json(tmp_path):
     runs = {"ds_fixed": {0: _records([0.2, 0.4], 300, 3.0)},
-            "greso": {0: _records([0.2, 0.45], 100, 1.0, **{"selection/p_easy": 0.5, "selection/p_hard": 0.4})}}
+            "greso": {0: _records([0.2, 0.45], 100, 1.0, **{"selection/greso/p_easy": 0.5, "selection/greso/p_hard": 0.4})}}
     result = compare_strategies.compare(runs)
     path = compare_strategies.write_report(result, runs, str(tmp_path), "python compare", notes="reduced steps")
     text = open(path).read()
     assert "| greso | 1/1 |" in text and "reduced steps" in text and "`python compare`" in text
     assert "**At equal budgets**" in text and "| greso | 0.45 | 200 | 0.267 | 0.183 |" in text
-    for image in ("accuracy_vs_responses.png", "accuracy_vs_time.png", "zero_variance.png", "greso_p.png"):
+    for image in ("accuracy_vs_responses.png", "accuracy_vs_time.png", "zero_variance.png", "greso_knobs.png"):
         assert os.path.getsize(tmp_path / image) > 1000 and f"]({image})" in text
     assert json.load(open(tmp_path / "strategies.json"))["strategies"]["greso"]["to_target_responses"] == 200
     # Whole runs: ds_fixed 600 responses and 6 s of rollout against GRESO's 200 and 2 s.
@@ -151,7 +147,7 @@ def test_simulator_is_calibrated_to_vanilla_and_set_beside_the_trainer():
 
 def test_repeated_groups_and_distinct_prompts_per_run():
     repeats = {"selection/repeated_groups": 3, "selection/kept": 12, "selection/batch_prompts": 5}
-    stats = compare_strategies.run_stats(_records([0.2, 0.3], 100, 1.0, **repeats))
+    stats = run_stats(_records([0.2, 0.3], 100, 1.0, **repeats))
     assert stats["repeated_share"] == pytest.approx(0.25) and stats["batch_prompts"] == 5
-    older = compare_strategies.run_stats(_records([0.2, 0.3], 100, 1.0, **{"selection/kept": 12}))
+    older = run_stats(_records([0.2, 0.3], 100, 1.0, **{"selection/kept": 12}))
     assert math.isnan(older["repeated_share"]) and math.isnan(older["batch_prompts"])  # "—", not 0

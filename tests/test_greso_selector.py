@@ -75,7 +75,7 @@ def test_adaptation_counts_every_pass_of_the_step_and_empty_step_keeps_p():
     s.begin_step(1)
     metrics = s.end_step()
     assert (s.p_easy, s.p_hard) == (0.45, 0.55)
-    assert metrics["selection/p_easy"] == 0.45 and metrics["selection/kept"] == 0
+    assert metrics["selection/greso/p_easy"] == 0.45 and metrics["selection/kept"] == 0
 
 
 def test_clamps_at_p_min_and_p_max():

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from greso_jax.config import get_config, selection_field_docs, validate
-from greso_jax.selection import OUTCOME_NONE, MoppsSelector, make_selector, mopps
+from greso_jax.selection import OUTCOME_NONE, MoppsSelector, make_selector
+from greso_jax.selection import sim
+from greso_jax.selection.strategies import mopps
 from greso_jax.core.specs import ConfigError
 
 
@@ -149,11 +151,11 @@ def test_config_section_validates_and_builds_the_selector():
     config.selection.mopps.update(decay=0.5, candidate_ratio=8)
     validate(config)
     selector = make_selector("mopps", num_prompts=10, group_size=8, seed=0, settings=config.selection.mopps)
-    assert (selector.decay, selector.candidate_ratio) == (0.5, 8.0)
+    assert (selector.settings.decay, selector.settings.candidate_ratio) == (0.5, 8)
     assert "selection.mopps.target_rate" in [name for name, _, _ in selection_field_docs()]
 
 
-def test_runs_through_the_step_driver_in_the_simulator(sim):
+def test_runs_through_the_step_driver_in_the_simulator():
     settings = sim.SimSettings(num_prompts=500, steps=30, train_batch_size=16, rollout_batch_size=24,
                                min_pass_size=4, seed=2)
     mopps_run, ds = sim.run_strategy("mopps", settings), sim.run_strategy("dynamic_sampling", settings)

@@ -6,7 +6,7 @@ import pytest
 
 from greso_jax.config import ConfigError, get_config, validate
 from greso_jax.selection import make_selector, run_selection_step
-from greso_jax.selection.posterior import zero_variance_chance
+from greso_jax.selection import zero_variance_chance
 
 
 def _selector(**settings):
@@ -63,7 +63,7 @@ def test_threshold_moves_toward_the_target_only_once_prompts_have_history():
     selector.begin_step(3)
     selector.observe_counts(np.arange(4), np.array([1, 2, 3, 2]), np.full(4, 4))  # none: loosen
     metrics = selector.end_step()
-    assert selector.threshold == pytest.approx(0.5) and metrics["selection/p_easy"] == pytest.approx(0.5)
+    assert selector.threshold == pytest.approx(0.5) and metrics["selection/posterior/threshold"] == pytest.approx(0.5)
 
 
 def test_groups_kept_by_exploration_do_not_move_the_threshold():
@@ -280,10 +280,10 @@ def test_the_supply_floor_keeps_a_share_of_the_pool_and_stops_the_threshold_wind
     in_force = selector.threshold_in_force()
     metrics = selector.end_step()
     assert selector.threshold == 0.3
-    assert metrics["selection/posterior_threshold_in_force"] == in_force
-    assert metrics["selection/posterior_supply_threshold"] == in_force  # the floor is what was in force
-    assert metrics["selection/posterior_predicted_kept"] == 30
-    assert metrics["selection/posterior_predicted_kept_zero_variance"] == 20
+    assert metrics["selection/posterior/threshold_in_force"] == in_force
+    assert metrics["selection/posterior/supply_threshold"] == in_force  # the floor is what was in force
+    assert metrics["selection/posterior/predicted_kept"] == 30
+    assert metrics["selection/posterior/predicted_kept_zero_variance"] == 20
     restored = make_selector("posterior", num_prompts=100, group_size=8, seed=0, settings={
         "threshold": 0.3, "threshold_min": 0.05, "min_keep_share": 0.3})
     restored.load_state_dict(selector.state_dict())

@@ -1,19 +1,17 @@
-"""experiments/bench/predictor_replay.py: its measures on known data, and the whole script on a real run's trace."""
+"""The predictor replay (greso_jax.selection.replay): its measures on known data, and the script
+(experiments/bench/predictor_replay.py) on a real run's trace."""
 
 import itertools
 import json
-import os
-import sys
 
 import numpy as np
 import pytest
 
+from experiments.bench import predictor_replay as script
 from greso_jax.run.trainer import Trainer
+from greso_jax.selection import replay as predictor_replay
 
 import trainer_config
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from experiments.bench import predictor_replay  # noqa: E402
 
 
 def _trace(rates, steps: int, group_size: int = 8, seed: int = 0):
@@ -38,17 +36,18 @@ def test_stable_rates_are_ranked_and_the_keep_share_selects_the_informative():
     rates = np.repeat([0.0, 1.0, 0.5, 0.97], 25)  # 25 each: never, always, mixed, rarely wrong
     trace = _trace(rates, steps=12)
     levels = np.full(rates.size, -1)
-    replayed = predictor_replay.replay(trace, levels, 8, ["greso streak", "posterior (default)"])
+    replayed = predictor_replay.replay(trace, levels, 8)
+    assert list(replayed) == ["greso", "mopps", "posterior", "hindsight"]  # those that predict, then hindsight
+    assert not replayed["greso"]["probability"] and replayed["mopps"]["probability"]
     rows = {r["predictor"]: r for r in predictor_replay.summarize(replayed)}
-    assert rows["posterior (default)"]["groups"] == 11 * 100  # the first step has no history
-    for name in ("posterior (default)", "hindsight"):
+    assert rows["posterior"]["groups"] == 11 * 100  # the first step has no history
+    for name in ("posterior", "hindsight"):
         assert rows[name]["auc"] > 0.85
         assert rows[name]["informative_kept_0.2"] > 0.9  # the kept fifth is the mixed quarter
-    assert rows["greso streak"]["auc"] > 0.7
+    assert rows["greso"]["auc"] > 0.7 and np.isnan(rows["greso"]["brier"])  # a score, not a chance
     base = rows["hindsight"]["informative_kept_0.5"]
-    assert rows["posterior (default)"]["informative_kept_0.2"] > base
-    bins = predictor_replay.calibration(replayed["posterior (default)"]["scores"],
-                                        replayed["posterior (default)"]["zero_variance"])
+    assert rows["posterior"]["informative_kept_0.2"] > base
+    bins = predictor_replay.calibration(replayed["posterior"]["scores"], replayed["posterior"]["zero_variance"])
     assert sum(count for *_, count in bins) == 12 * 100
     assert all(0 <= predicted <= 1 and 0 <= observed <= 1 for _, predicted, observed, _ in bins)
 
@@ -73,12 +72,15 @@ def test_script_replays_a_recorded_run(tmp_path, warm_policy, capsys):
     config.train.num_steps = 4
     Trainer(config, str(tmp_path / "run"), log=lambda *a: None).run()
     out = tmp_path / "replay.json"
-    assert predictor_replay.main([str(tmp_path / "run"), "--json", str(out)]) == 0
+    variant = "posterior:decay=0.3,fit_prior=False"
+    assert script.main([str(tmp_path / "run"), "--json", str(out), "--with", variant]) == 0
     printed = capsys.readouterr().out
-    assert "| greso streak |" in printed and "calibration of 'posterior (default)'" in printed
-    assert "| mixed |" in printed
+    assert "| greso |" in printed and "calibration of 'posterior'" in printed and "calibration of 'mopps'" in printed
+    assert "| mixed |" in printed and "calibration of 'greso'" not in printed
     rows = json.loads(out.read_text())["pooled"]
-    assert [r["predictor"] for r in rows] == list(predictor_replay.PREDICTORS) + ["hindsight"]
+    assert [r["predictor"] for r in rows] == ["greso", "mopps", "posterior", "posterior decay=0.3 fit_prior=False",
+                                              "hindsight"]
     assert len({r["groups"] for r in rows}) == 1 and rows[0]["groups"] > 0
-    with pytest.raises(SystemExit):
-        predictor_replay.main([str(tmp_path / "run"), "--predictors", "magic"])
+    for argv in (["--predictors", "magic"], ["--with", "magic:x=1"], ["--with", "posterior:decay"]):
+        with pytest.raises(SystemExit):
+            script.main([str(tmp_path / "run"), *argv])

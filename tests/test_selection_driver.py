@@ -10,7 +10,7 @@ from greso_jax.selection import (OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUT
 
 PASS_FIELDS = ("rollout_batch_size", "min_pass_size", "max_passes", "on_max_passes", "once_per_step")
 
-STABLE_METRICS = ("selection/p_easy", "selection/p_hard", "selection/skipped_easy", "selection/skipped_hard",
+STABLE_METRICS = ("selection/skipped_easy", "selection/skipped_hard",
                   "selection/kept", "selection/passes", "selection/easy_ratio", "selection/hard_ratio",
                   "selection/zero_variance_ratio", "selection/effective_prompts", "rollout/num_responses",
                   "rollout/num_tokens")
@@ -184,7 +184,7 @@ def test_aero_stage_one_rescue_rounds_and_curation():
     assert easy.baseline == pytest.approx(5 / 6) and easy.scale == pytest.approx(math.sqrt(5 / 36))
     assert never.baseline == pytest.approx(1 / 14) and never.correct.size == 12
     m = result.metrics
-    assert (m["selection/passes"], m["selection/effective_prompts"], m["selection/posterior_groups"]) == (3, 3, 2)
+    assert (m["selection/passes"], m["selection/effective_prompts"], m["selection/aero/posterior_groups"]) == (3, 3, 2)
     assert m["rollout/num_responses"] == 32 and m["selection/zero_variance_ratio"] == pytest.approx(2 / 5)
 
 

@@ -1,24 +1,27 @@
-"""The selection simulator (experiments/bench/selection_sim.py) on a small population: the strategies' order holds."""
+"""The selection simulator (greso_jax.selection.sim) on a small population: the strategies' order holds."""
 
 import dataclasses
 
 import numpy as np
 import pytest
 
+from greso_jax.selection import OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_MIXED
+from greso_jax.selection import sim
+
 
 @pytest.fixture(scope="module")
-def results(sim):
+def results():
     settings = sim.SimSettings(num_prompts=2000, steps=60, train_batch_size=32, rollout_batch_size=48,
                                min_pass_size=8, seed=1)
     return sim.all_runs(settings)
 
 
-def test_greso_fewer_responses_than_ds_for_the_same_effective_prompts(sim, results):
+def test_greso_fewer_responses_than_ds_for_the_same_effective_prompts(results):
     ds, greso = results["dynamic_sampling"], results["greso"]
     assert ds["effective_prompts"] == greso["effective_prompts"] == 60 * 32
     assert ds["full_batch_fraction"] == greso["full_batch_fraction"] == 1.0
     assert greso["responses"] < 0.9 * ds["responses"]
-    assert 0 < sim.greso_efficiency(ds["responses"], greso["responses"], results["oracle"]["responses"]) < 1
+    assert 0 < sim.efficiency(ds["responses"], greso["responses"], results["oracle"]["responses"]) < 1
 
 
 def test_oracle_bounds_every_strategy(results):
@@ -33,7 +36,7 @@ def test_vanilla_trains_on_zero_variance_groups(results):
     assert vanilla["responses"] == 60 * 32 * 8 and vanilla["mean_effective_batch"] < 32
 
 
-def test_latent_population_drifts_as_documented(sim):
+def test_latent_population_drifts_as_documented():
     population = sim.LatentPopulation(10_000, 100, seed=0)
     start, end = population.success(np.arange(10_000), 0), population.success(np.arange(10_000), 100)
     assert 0.15 < np.mean(start > 0.97) < 0.35  # "solved" from the start (and some strong learners)
@@ -42,15 +45,15 @@ def test_latent_population_drifts_as_documented(sim):
     assert rises > 0.2 and falls > 0.05  # learnable / late prompts rise, regressing prompts fall
 
 
-def test_simulated_rollouts_are_counter_based_and_the_oracle_foresees_them(sim):
+def test_simulated_rollouts_are_counter_based_and_the_oracle_foresees_them():
     population = sim.LatentPopulation(500, 50, seed=0)
     rollouts = sim.BernoulliRollouts(population, seed=0)
     rollouts.begin_step(7)
     ids = np.arange(0, 500, 3)
     predicted = rollouts.outcome(8)(7, ids)
     correct = rollouts(ids, [None] * ids.size, 8).correct
-    actual = np.where(correct.all(1), sim.OUTCOME_ALL_CORRECT, np.where(~correct.any(1), sim.OUTCOME_ALL_INCORRECT,
-                                                                         sim.OUTCOME_MIXED))
+    actual = np.where(correct.all(1), OUTCOME_ALL_CORRECT, np.where(~correct.any(1), OUTCOME_ALL_INCORRECT,
+                                                                     OUTCOME_MIXED))
     np.testing.assert_array_equal(predicted, actual)
     again = sim.BernoulliRollouts(population, seed=0)
     again.begin_step(7)
@@ -58,11 +61,11 @@ def test_simulated_rollouts_are_counter_based_and_the_oracle_foresees_them(sim):
 
 
 def test_fixed_ds_pays_more_than_adaptive_ds_and_greso_holds_p_through_epoch_zero(results):
-    fixed, adaptive = results["dynamic_sampling:fixed"], results["dynamic_sampling"]
+    fixed, adaptive = results["ds_fixed"], results["dynamic_sampling"]
     assert fixed["effective_prompts"] == adaptive["effective_prompts"] == 60 * 32
     assert fixed["responses"] > adaptive["responses"] and fixed["surplus_groups"] > adaptive["surplus_groups"]
     greso = results["greso"]
-    assert greso["epochs"] >= 1 and (greso["p_easy_epoch_1"], greso["p_hard_epoch_1"]) == (0.5, 0.5)
+    assert greso["epochs"] >= 1 and greso["knobs_epoch_1"] == {"p_easy": 0.5, "p_hard": 0.5}
     assert results["vanilla"]["surplus_groups"] == results["aero"]["surplus_groups"] == 0
 
 
@@ -78,7 +81,7 @@ def test_skip_precision_and_coverage(results):
     assert ds["coverage"] == pytest.approx(ds["effective_prompts"] / (ds["effective_prompts"] + ds["surplus_groups"]))
 
 
-def test_calibration_bins_hold_every_prediction(sim):
+def test_calibration_bins_hold_every_prediction():
     predicted = np.array([0.0, 0.05, 0.15, 0.95, 1.0])
     rows = sim.calibration_bins(predicted, np.array([False, True, False, True, True]))
     assert [(r["low"], r["groups"]) for r in rows] == [(0.0, 2), (0.1, 1), (0.9, 2)]
@@ -88,16 +91,20 @@ def test_calibration_bins_hold_every_prediction(sim):
 
 def test_a_selector_that_knows_p_is_calibrated_and_the_posterior_is_reported(results):
     """known_rate predicts from the true success rates, so in every well-filled bin the zero-variance
-    share matches its mean prediction up to sampling noise; GRESO predicts no chance, so it has no table."""
+    share matches its mean prediction up to sampling noise; GRESO's prediction is a score, not a chance, so it
+    has no table; the oracle and the strategies that predict nothing have none either."""
     known = results["known_rate"]["calibration"]
     assert sum(r["groups"] for r in known) > 5000
     for row in known:
         if row["groups"] >= 400:
             assert abs(row["observed"] - row["predicted"]) < 4 * np.sqrt(0.25 / row["groups"]) + 0.01, row
-    assert results["posterior"]["calibration"] and results["greso"]["calibration"] == []
+    assert results["posterior"]["calibration"] and results["mopps"]["calibration"]
+    assert results["greso"]["calibration"] == [] and results["greso"]["predicts"]
+    for name in ("vanilla", "dynamic_sampling", "ds_fixed", "aero", "oracle"):
+        assert not results[name]["predicts"] and results[name]["calibration"] == []
 
 
-def test_a_small_pool_is_re_rolled_within_a_step_unless_once_per_step(sim):
+def test_a_small_pool_is_re_rolled_within_a_step_unless_once_per_step():
     settings = sim.SimSettings(num_prompts=300, steps=30, train_batch_size=32, rollout_batch_size=48,
                                min_pass_size=8, seed=1)
     cycled = sim.run_strategy("greso", settings)

@@ -6,20 +6,22 @@ equal accuracy (responses, tokens and time to reach a target), with each selecto
       [--config.x=y ...]
 
 Each run is `python -m greso_jax.train --config CONFIG:STRATEGY --config.seed=S --workdir
-ROOT/VARIANT/seedS` with the same config for all (extra --config.* flags go to every run; the
-variant ds_fixed is Dynamic Sampling with the papers' fixed passes); runs of strategies that skip
-before rollout (GRESO, posterior, MoPPS) also roll out a random 10% of the prompts they skip
-(eval.skip_audit_fraction, never trained on, its cost reported apart). Runs go one after the
+ROOT/VARIANT/seedS` with the same config for all (extra --config.* flags go to every run); a named
+variant (the registry's, e.g. ds_fixed: Dynamic Sampling with the papers' fixed passes) adds its
+settings as --config.selection.<strategy>.* flags. Runs of strategies that skip before rollout
+also roll out a random 10% of the prompts they skip (eval.skip_audit_fraction, never trained on,
+its cost reported apart). Runs go one after the
 other; a finished run is not launched again, and the runs of one seed share the seed's supervised
 warm start (train.warmstart_cache_dir = ROOT/warmstart). `--collect_only` reads finished runs.
 
-The target accuracy is DS-fixed's (the papers' baseline) final mean held-out accuracy minus one
-point; beside the costs to reach it, each strategy's final accuracy is set against DS-fixed's at
-the same responses and at the same training time (the report's "at equal budgets" table).
+The target accuracy is the registered baseline's (ds_fixed, the papers' DS) final mean held-out
+accuracy minus one point; beside the costs to reach it, each strategy's final accuracy is set
+against the baseline's at the same responses and at the same training time (the report's "at
+equal budgets" table); speedups are also given against the baseline's strategy at its defaults.
 Rollout, update and total times exclude compilation (reported apart, as are evaluation and the
 skip audit). Written to --report_dir (default ROOT): strategies.json, strategies.md (the tables
 and the plots, the command, the machine, the date) and the plots; the numbers come from
-strategy_runs.py, the report from strategy_report.py.
+greso_jax/run/run_stats.py, the report from strategy_report.py.
 """
 
 from __future__ import annotations
@@ -35,30 +37,24 @@ from typing import Sequence
 
 import numpy as np
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if REPO_ROOT not in sys.path:  # run as a script from anywhere
-    sys.path.insert(0, REPO_ROOT)
-
-from experiments.bench import selection_sim  # noqa: E402
-from experiments.bench.strategy_report import (limits_section, markdown_tables, simulator_table,  # noqa: E402
-                                              write_report)
-from experiments.bench.strategy_runs import (ADAPTIVE_DS, BASELINE, _number, accuracy_within,  # noqa: E402
-                                             cost_to_target, run_stats, strategy_of)
-from experiments.sweep import absolute_config, is_finished, run_logged, shared_warmstart, train_command  # noqa: E402
-from greso_jax.run.records import read_lines  # noqa: E402
-from greso_jax.selection import training_strategies  # noqa: E402
+from experiments.bench.strategy_report import (ADAPTIVE, BASELINE, limits_section, markdown_tables, simulator_table,
+                                               write_report)
+from experiments.sweep import absolute_config, is_finished, run_logged, shared_warmstart, train_command
+from greso_jax.run.records import read_lines
+from greso_jax.run.run_stats import accuracy_within, cost_to_target, number, run_stats
+from greso_jax.selection import bound, named_variants, training_strategies
+from greso_jax.selection import variant as registered_variant
+from greso_jax.selection.sim import SimSettings, all_runs, calibrated_fractions
 
 AUDIT_FRACTION = 0.1
 TARGET_MARGIN = 0.01  # the target is the baseline's final accuracy minus one point
 
 
 def default_variants() -> list[str]:
-    """Every registered training strategy; Dynamic Sampling twice: fixed passes (the papers'
-    baseline, `ds_fixed`) and adaptive passes (`dynamic_sampling`)."""
-    variants = []
-    for name in training_strategies():
-        variants += [BASELINE, ADAPTIVE_DS] if name == ADAPTIVE_DS else [name]
-    return variants
+    """Every registered training strategy, each after its named variants (ds_fixed before
+    dynamic_sampling)."""
+    return [name for strategy in training_strategies()
+            for name in (*(v.name for v in named_variants(strategy)), strategy)]
 
 
 def parse_list(text: str, what: str) -> list[str]:
@@ -72,16 +68,15 @@ def run_dir(root: str, variant: str, seed: int) -> str:
     return os.path.join(root, variant, f"seed{seed}")
 
 
-def run_arguments(config_file: str, variant: str, seed: int, overrides: Sequence[str]) -> tuple[str, list[str]]:
+def run_arguments(config_file: str, name: str, seed: int, overrides: Sequence[str]) -> tuple[str, list[str]]:
     """The config argument and the overrides of one run: the config file's variant is the strategy,
-    followed by any options `config_file` names (`FILE:consistent`); ds_fixed is Dynamic Sampling
-    with fixed passes; every run audits a share of its pre-rollout skips."""
-    extra = [f"--config.seed={seed}"]
-    if variant == BASELINE:
-        extra.append("--config.selection.dynamic_sampling.pass_sizing=fixed")
+    followed by any options `config_file` names (`FILE:consistent`); a named variant's settings are
+    flags; every run audits a share of its pre-rollout skips."""
+    run = registered_variant(name)
+    extra = [f"--config.seed={seed}", *(f"--config.selection.{run.strategy}.{k}={v}" for k, v in run.overrides)]
     extra.append(f"--config.eval.skip_audit_fraction={AUDIT_FRACTION}")  # a strategy that never skips audits nothing
     file, _, options = config_file.partition(":")
-    return f"{file}:{','.join([strategy_of(variant), *filter(None, options.split(','))])}", extra + list(overrides)
+    return f"{file}:{','.join([run.strategy, *filter(None, options.split(','))])}", extra + list(overrides)
 
 
 def run_all(config_file: str, variants: Sequence[str], seeds: Sequence[int], root: str,
@@ -132,7 +127,7 @@ def _ratio(theirs, mine) -> float | None:
 
 
 def compare(runs: dict[str, dict[int, list[dict]]]) -> dict:
-    """Per-strategy means over seeds, the target, costs to the target and speedups vs both DS."""
+    """Per-strategy means over seeds, the target, costs to the target and speedups vs both baselines."""
     if BASELINE not in runs:
         raise ValueError(f"the comparison needs the {BASELINE} runs (its final accuracy sets the target)")
     per_run = {v: {s: run_stats(r) for s, r in seeds.items()} for v, seeds in runs.items()}
@@ -144,14 +139,14 @@ def compare(runs: dict[str, dict[int, list[dict]]]) -> dict:
         row = {"seeds": len(seeds)}
         for key in next(iter(stats.values())):
             row[key], row[f"{key}_std"] = _mean_std([s[key] for s in stats.values()])
-        row["accuracy_final_vs_ds_fixed"] = row["accuracy_final"] - baseline_final
+        row[f"accuracy_final_vs_{BASELINE}"] = row["accuracy_final"] - baseline_final
         reached = {s: cost_to_target(r, target) for s, r in seeds.items()}
         hits = [c for c in reached.values() if c is not None]
         row["reached"] = f"{len(hits)}/{len(seeds)}"
         for key in ("step", "responses", "tokens", "rollout_s", "update_s", "total_s"):
             # Only when every seed reached the target: a mean over the seeds that did would flatter.
             row[f"to_target_{key}"] = float(np.mean([c[key] for c in hits])) if len(hits) == len(seeds) else None
-        # Per seed: the target is that seed's ds_fixed final accuracy minus one point (seeds start RL from
+        # Per seed: the target is that seed's baseline final accuracy minus one point (seeds start RL from
         # different warm starts, so one mean target can sit below one seed's start and above another's reach).
         per_seed = {s: cost_to_target(r, per_run[BASELINE][s]["accuracy_final"] - TARGET_MARGIN)
                     for s, r in seeds.items() if s in per_run[BASELINE]}
@@ -160,7 +155,7 @@ def compare(runs: dict[str, dict[int, list[dict]]]) -> dict:
         for key in ("step", "responses", "tokens", "rollout_s", "update_s", "total_s"):
             row[f"to_seed_target_{key}"] = (float(np.mean([c[key] for c in seed_hits]))
                                             if per_seed and len(seed_hits) == len(per_seed) else None)
-        # At equal budgets: ds_fixed's accuracy, on the same seed, once it had spent what this run spent.
+        # At equal budgets: the baseline's accuracy, on the same seed, once it had spent what this run spent.
         shared = [s for s in seeds if s in runs[BASELINE]]
         for budget, curve_key, stat_key in (("responses", "responses", "responses"), ("time", "step_s", "total_s")):
             at = [accuracy_within(runs[BASELINE][s], per_run[variant][s][stat_key], curve_key) for s in shared]
@@ -169,7 +164,7 @@ def compare(runs: dict[str, dict[int, list[dict]]]) -> dict:
                 [per_run[variant][s]["accuracy_final"] - a for s, a in zip(shared, at)])
         table[variant] = row
     for variant, row in table.items():
-        for base in (BASELINE, ADAPTIVE_DS):
+        for base in (BASELINE, ADAPTIVE):
             for key in ("responses", "rollout_s", "total_s"):
                 row[f"whole_{key}_vs_{base}"] = _ratio(table.get(base, {}).get(key), row[key])
                 for kind in ("to_target", "to_seed_target"):
@@ -180,50 +175,51 @@ def compare(runs: dict[str, dict[int, list[dict]]]) -> dict:
             "per_run": {v: {str(s): st for s, st in seeds.items()} for v, seeds in per_run.items()}}
 
 
-SIM_NAMES = {BASELINE: "dynamic_sampling:fixed"}  # trainer variant → simulator run name (others: the same)
-
-
 def simulate(runs: dict[str, dict[int, list[dict]]], config: dict) -> dict:
     """The same comparison in the selection simulator, its population calibrated to this task: the
-    all-correct / all-incorrect shares vanilla GRPO measured over the second half of its runs, and the
-    task's pool, batch, G, pass sizing and steps. Returns per strategy the simulated responses, the
-    trainer's, each as a ratio to ds_fixed's, and the simulated efficiency vs the oracle."""
-    reference_name = "vanilla" if runs.get("vanilla") else BASELINE
+    all-correct / all-incorrect shares measured over the second half of the first run that skipped no
+    prompt before rollout (its groups are the unselected population's; the baseline's if none), and
+    the task's pool, batch, G, pass sizing and steps. Returns per strategy the simulated responses,
+    the trainer's, each as a ratio to the baseline's, and the simulated efficiency vs the bound."""
+    skip_free = [name for name, seeds in runs.items()
+                 if not any(number(r, f"selection/skipped_{kind}") for records in seeds.values() for r in records
+                            for kind in ("easy", "hard"))]
+    reference_name = skip_free[0] if skip_free else BASELINE
     reference = runs[reference_name]
     shares = []
     for records in reference.values():
         steps = [r for r in records if r.get("step", 0) > 0]
         late = steps[len(steps) // 2:]
-        shares.append([np.mean([_number(r, k) or 0.0 for r in late])
+        shares.append([np.mean([number(r, k) or 0.0 for r in late])
                        for k in ("selection/easy_ratio", "selection/hard_ratio")])
     all_correct, all_incorrect = np.mean(shares, axis=0)
-    fractions = selection_sim.calibrated_fractions(float(all_correct), float(all_incorrect))
+    fractions = calibrated_fractions(float(all_correct), float(all_incorrect))
     sel = config["selection"]
-    settings = selection_sim.SimSettings(
+    settings = SimSettings(
         num_prompts=int(config["data"]["arith_num_train"]), steps=int(config["train"]["num_steps"]),
         train_batch_size=int(config["train"]["train_batch_size"]), group_size=int(config["rl"]["group_size"]),
         rollout_batch_size=int(sel["rollout_batch_size"]), min_pass_size=int(sel["min_pass_size"]),
         max_passes=int(sel["max_passes"]), seed=0, once_per_step=bool(sel.get("once_per_step", False)))
-    simulated = selection_sim.all_runs(settings, fractions)
-    base_sim = simulated[SIM_NAMES[BASELINE]]["responses"]
+    simulated = all_runs(settings, fractions)
+    base_sim = simulated[BASELINE]["responses"]
     base_real = float(np.mean([run_stats(r)["responses"] for r in runs[BASELINE].values()]))
-    oracle = simulated["oracle"]["responses"]
-    full = simulated[SIM_NAMES[BASELINE]]["mean_effective_batch"]
+    oracle = simulated[bound()]["responses"]
+    full = simulated[BASELINE]["mean_effective_batch"]
     rows = {}
-    for variant in runs:
-        simulated_run = simulated[SIM_NAMES.get(variant, variant)]
+    for name in runs:
+        simulated_run = simulated[name]
         sim = simulated_run["responses"]
-        real = float(np.mean([run_stats(r)["responses"] for r in runs[variant].values()]))
+        real = float(np.mean([run_stats(r)["responses"] for r in runs[name].values()]))
         # Efficiency compares strategies that train the same informative batches (the filtering ones);
-        # vanilla and AERO train fewer informative groups, so fewer responses is not a saving there.
+        # those that train fewer informative groups (vanilla, AERO) do not save by using fewer responses.
         comparable = simulated_run["mean_effective_batch"] >= 0.99 * full and base_sim != oracle
-        rows[variant] = {"sim_responses": sim, "sim_vs_ds_fixed": base_sim / sim, "trainer_responses": real,
-                         "trainer_vs_ds_fixed": base_real / real,
-                         "sim_efficiency_vs_oracle": (base_sim - sim) / (base_sim - oracle) if comparable
-                         else float("nan")}
+        rows[name] = {"sim_responses": sim, f"sim_vs_{BASELINE}": base_sim / sim, "trainer_responses": real,
+                      f"trainer_vs_{BASELINE}": base_real / real,
+                      "sim_efficiency_vs_oracle": (base_sim - sim) / (base_sim - oracle) if comparable
+                      else float("nan")}
     return {"fractions": fractions, "reference": reference_name, "settings": dataclasses.asdict(settings),
             "oracle_responses": oracle,
-            "oracle_vs_ds_fixed": base_sim / oracle, "strategies": rows}
+            f"oracle_vs_{BASELINE}": base_sim / oracle, "strategies": rows}
 
 
 def main(argv=None) -> int:

@@ -22,7 +22,7 @@ import numpy as np
 from greso_jax.data.arith import ARITH_ALPHABET, make_arith_pools
 from greso_jax.data.pipeline import PromptPipeline
 from greso_jax.models.tokenizer import CharTokenizer
-from greso_jax.selection.greso import GresoSelector
+from greso_jax.selection import GresoSelector
 
 
 class FixedRateGreso(GresoSelector):

@@ -1,14 +1,15 @@
 """Sweeps one setting of a selection strategy in the selection simulator: per value, the responses,
-the efficiency vs the oracle, passes per step, skip precision and coverage, beside DS, GRESO and the oracle.
+the efficiency vs the bound, passes per step, skip precision and coverage, beside the baseline's
+strategy at its defaults (adaptive Dynamic Sampling), the bound (the oracle) and any `--beside` runs.
 
-  python experiments/bench/selection_sweep.py --levels \
+  python experiments/bench/selection_sweep.py --levels --beside greso \
       --sweep posterior:target_zero_variance=0.15,0.12,0.08,0.04 --set posterior:step_decay=0.99
   python experiments/bench/selection_sweep.py --population headline --steps 100 \
       --sweep known_rate:target_zero_variance=0.15,0.08
 
 Efficiency is (DS − strategy) / (DS − oracle) in responses over the run, DS being adaptive Dynamic
 Sampling; issue 18's goal asks for 0.9 with passes ≤ 1.5 and skip precision and coverage at least
-GRESO's, so a setting is judged on all four. `--population headline` is the headline task's
+GRESO's (`--beside greso`), so a setting is judged on all four. `--population headline` is the headline task's
 population (all-correct / all-incorrect shares 0.24 / 0.40, its batch sizes), as in
 `experiments/results/2026-11-30-selection-bounds.md`; `reference` is selection_sim's default.
 """
@@ -17,11 +18,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import selection_sim  # noqa: E402  (a sibling script)
+from greso_jax.selection import STRATEGIES, VARIANTS, baseline, bound
+from greso_jax.selection.sim import SimSettings, calibrated_fractions, efficiency, run_strategy
 
 HEADLINE_SETTINGS = dict(num_prompts=3000, train_batch_size=64, group_size=8, rollout_batch_size=96, min_pass_size=8,
                          max_passes=6)
@@ -38,21 +37,23 @@ def parse_setting(text: str, flag: str) -> tuple[str, str, list[float]]:
         numbers = []
     if not (strategy and field and numbers):
         raise SystemExit(f"{flag}: expected STRATEGY:FIELD=V1[,V2...], got {text!r}")
-    if strategy not in selection_sim.STRATEGIES:
-        raise SystemExit(f"{flag}: unknown strategy {strategy!r} (one of {', '.join(selection_sim.STRATEGIES)})")
+    if strategy not in STRATEGIES:
+        raise SystemExit(f"{flag}: unknown strategy {strategy!r} (one of {', '.join(STRATEGIES)})")
     return strategy, field, numbers
 
 
-def sweep(settings, fractions, strategy: str, field: str, values, fixed: dict, levels: bool) -> list[dict]:
-    """One simulator run per value of `field` (with the `fixed` settings), and DS, GRESO and the oracle."""
-    base = {name: selection_sim.run_strategy(name, settings, fractions, levels)
-            for name in ("dynamic_sampling", "greso", "oracle")}
-    ds, oracle = base["dynamic_sampling"]["responses"], base["oracle"]["responses"]
+def sweep(settings, fractions, strategy: str, field: str, values, fixed: dict, levels: bool,
+          beside: tuple[str, ...] = ()) -> list[dict]:
+    """One simulator run per value of `field` (with the `fixed` settings), after the baseline's strategy,
+    the `beside` runs (strategies or variants) and the bound."""
+    reference, limit = baseline().strategy, bound()
+    names = dict.fromkeys((reference, *beside, limit))
+    base = {name: run_strategy(name, settings, fractions, levels) for name in names}
+    ds, oracle = base[reference]["responses"], base[limit]["responses"]
     runs = list(base.items())
-    runs += [(f"{strategy} {field}={v:g}", selection_sim.run_strategy(strategy, settings, fractions, levels,
-                                                                      **{**fixed, field: v})) for v in values]
-    return [{"name": name, "responses": r["responses"],
-             "efficiency": selection_sim.greso_efficiency(ds, r["responses"], oracle),
+    runs += [(f"{strategy} {field}={v:g}", run_strategy(strategy, settings, fractions, levels, **{**fixed, field: v}))
+             for v in values]
+    return [{"name": name, "responses": r["responses"], "efficiency": efficiency(ds, r["responses"], oracle),
              "passes": r["mean_passes"], "skip_precision": r["skip_precision"], "coverage": r["coverage"]}
             for name, r in runs]
 
@@ -66,6 +67,7 @@ def main(argv=None) -> None:
     parser.add_argument("--num-prompts", type=int, default=None, help="default: 5000 (reference), 3000 (headline)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--levels", action="store_true", help="prompts carry their class as a data level")
+    parser.add_argument("--beside", default="", help="comma-separated strategies or variants to run beside")
     args = parser.parse_args(argv)
     strategy, field, values = parse_setting(args.sweep, "--sweep")
     fixed = {}
@@ -74,13 +76,18 @@ def main(argv=None) -> None:
         if name != strategy or extra:
             raise SystemExit(f"--set: one value of a field of the swept strategy {strategy!r}, got {text!r}")
         fixed[held] = value
+    beside = tuple(name.strip() for name in args.beside.split(",") if name.strip())
+    unknown = [name for name in beside if name not in STRATEGIES and name not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"--beside: unknown {unknown} (strategies {', '.join(STRATEGIES)}; variants "
+                         f"{', '.join(VARIANTS)})")
     headline = args.population == "headline"
-    settings = selection_sim.SimSettings(**(HEADLINE_SETTINGS if headline else {}), steps=args.steps, seed=args.seed)
+    settings = SimSettings(**(HEADLINE_SETTINGS if headline else {}), steps=args.steps, seed=args.seed)
     settings = dataclasses.replace(settings, num_prompts=args.num_prompts or (3000 if headline else 5000))
-    fractions = selection_sim.calibrated_fractions(*HEADLINE_SHARES) if headline else None
-    rows = sweep(settings, fractions, strategy, field, values, fixed, args.levels)
+    fractions = calibrated_fractions(*HEADLINE_SHARES) if headline else None
+    rows = sweep(settings, fractions, strategy, field, values, fixed, args.levels, beside)
     print(f"settings: {settings}; population {args.population}; levels {args.levels}; held {fixed or 'none'}\n")
-    print("| run | responses | efficiency vs oracle | passes | skip precision | coverage |")
+    print(f"| run | responses | efficiency vs {bound()} | passes | skip precision | coverage |")
     print("|---|---:|---:|---:|---:|---:|")
     for row in rows:
         print(f"| {row['name']} | {row['responses']:.0f} | {row['efficiency']:.3f} | {row['passes']:.2f} | "

@@ -1,5 +1,7 @@
 """The strategy comparison's report: its markdown tables (to the target, at equal budgets, whole runs,
-consistency and skip precision, starting points), the simulator beside the trainer, and the plots."""
+consistency and skip precision, starting points), the simulator beside the trainer, and the plots.
+The baselines are the registry's (the comparison baseline and its strategy at its defaults), the
+knobs plotted those each strategy declares."""
 
 from __future__ import annotations
 
@@ -11,7 +13,11 @@ import platform
 
 import numpy as np
 
-from experiments.bench.strategy_runs import ADAPTIVE_DS, BASELINE, _number, run_curves, strategy_of
+from greso_jax.run.run_stats import number, run_curves
+from greso_jax.selection import STRATEGIES, baseline, bound
+from greso_jax.selection import variant as registered_variant
+
+BASELINE, ADAPTIVE = baseline().name, baseline().strategy  # the papers' DS, and its strategy at its defaults
 
 
 def _cell(value, digits=3) -> str:
@@ -30,15 +36,15 @@ def _ratio_cell(value) -> str:
     return text if text == "—" else text + "x"
 
 
-_SPEEDUPS = (("responses", BASELINE), ("responses", ADAPTIVE_DS), ("rollout_s", BASELINE), ("total_s", BASELINE),
-             ("total_s", ADAPTIVE_DS))
+_SPEEDUPS = (("responses", BASELINE), ("responses", ADAPTIVE), ("rollout_s", BASELINE), ("total_s", BASELINE),
+             ("total_s", ADAPTIVE))
 
 
 def _target_table(rows: dict, title: str, reached: str, costs: str, speedups: str) -> list[str]:
     """One to-target table: `reached` / `costs`+key / speedup_<key>_vs_<base>`speedups` columns of each row."""
     lines = [title, "", "| strategy | reached | step | responses | tokens | rollout s | update s | total s | "
-             "responses vs ds_fixed | responses vs ds_adaptive | rollout s vs ds_fixed | total s vs ds_fixed | "
-             "total s vs ds_adaptive |", "|" + "---|" * 13]
+             + " | ".join(f"{key.replace('_s', ' s')} vs {base}" for key, base in _SPEEDUPS) + " |",
+             "|" + "---|" * 13]
     for name, r in rows.items():
         ratios = [r[f"speedup_{k}_vs_{b}{speedups}"] for k, b in _SPEEDUPS]
         lines.append("| " + " | ".join([name, r[reached]] + [_cell(r[f"{costs}{k}"]) for k in (
@@ -48,7 +54,7 @@ def _target_table(rows: dict, title: str, reached: str, costs: str, speedups: st
 
 
 def equal_budget_table(rows: dict) -> list[str]:
-    """Each strategy's final accuracy beside ds_fixed's at the same responses and at the same training time."""
+    """Each strategy's final accuracy beside the baseline's at the same responses and at the same training time."""
     lines = [f"**At equal budgets** (means over seeds: {BASELINE}'s held-out accuracy, linear between its evaluations, "
              "when it had spent what this strategy spent over its whole run; at most its own final accuracy)", "",
              f"| strategy | accuracy final | responses | {BASELINE} at these responses | difference | total s | "
@@ -62,12 +68,12 @@ def equal_budget_table(rows: dict) -> list[str]:
 
 def markdown_tables(result: dict) -> str:
     rows = result["strategies"]
-    lines = [f"Target accuracy: {result['target_accuracy']:.3f} (ds_fixed's final mean "
+    lines = [f"Target accuracy: {result['target_accuracy']:.3f} ({BASELINE}'s final mean "
              f"{result['baseline_final_accuracy']:.3f} minus one point).", ""]
     lines += _target_table(rows, "**To the target** (means over seeds; — where not every seed reached it)",
                            "reached", "to_target_", "")
-    lines += [""] + _target_table(rows, "**To each seed's own target** (that seed's ds_fixed final accuracy minus "
-                                  "one point; means over seeds, — where not every seed reached it)",
+    lines += [""] + _target_table(rows, f"**To each seed's own target** (that seed's {BASELINE} final accuracy "
+                                  "minus one point; means over seeds, — where not every seed reached it)",
                                   "reached_per_seed", "to_seed_target_", "_per_seed")
     lines += [""] + equal_budget_table(rows)
     lines += [""] + whole_run_speedups(rows)
@@ -110,28 +116,29 @@ def markdown_tables(result: dict) -> str:
 
 def simulator_table(sim: dict) -> str:
     f = sim["fractions"]
-    reference = sim.get("reference", "vanilla")  # reports written before the key existed used vanilla
+    reference = sim.get("reference", "the reference run")  # reports written before the key existed lack it
     lines = [f"**The simulator beside the trainer** (population calibrated to {reference}'s late all-correct "
-             f"{f['solved']:.2f} / all-incorrect {f['never']:.2f} shares; whole runs; the oracle would need "
-             f"{sim['oracle_vs_ds_fixed']:.2f}x fewer responses than ds_fixed)", "",
-             "| strategy | simulated responses | simulated ds_fixed / this | trainer responses | "
-             "trainer ds_fixed / this | simulated efficiency vs oracle |", "|" + "---|" * 6]
+             f"{f['solved']:.2f} / all-incorrect {f['never']:.2f} shares; whole runs; the {bound()} would need "
+             f"{sim[f'oracle_vs_{BASELINE}']:.2f}x fewer responses than {BASELINE})", "",
+             f"| strategy | simulated responses | simulated {BASELINE} / this | trainer responses | "
+             f"trainer {BASELINE} / this | simulated efficiency vs {bound()} |", "|" + "---|" * 6]
     for name, r in sim["strategies"].items():
         lines.append("| " + " | ".join([name] + [_cell(r[k]) for k in (
-            "sim_responses", "sim_vs_ds_fixed", "trainer_responses", "trainer_vs_ds_fixed",
+            "sim_responses", f"sim_vs_{BASELINE}", "trainer_responses", f"trainer_vs_{BASELINE}",
             "sim_efficiency_vs_oracle")]) + " |")
     return "\n".join(lines)
 
 
 def whole_run_speedups(rows: dict) -> list[str]:
-    """Whole-run ratios against both DS: how many times fewer responses / less time than each (means over seeds)."""
-    pairs = [(key, base) for key in ("responses", "rollout_s", "total_s") for base in (BASELINE, ADAPTIVE_DS)]
-    header = [f"{key.replace('_s', ' s')} vs {'ds_adaptive' if base == ADAPTIVE_DS else base}" for key, base in pairs]
-    lines = ["**Whole run against both DS** (the DS mean over this strategy's mean; above 1: this strategy spent "
-             "less)", "", "| strategy | final accuracy − ds_fixed | " + " | ".join(header) + " |",
+    """Whole-run ratios against both baselines: how many times fewer responses / less time than each (means
+    over seeds)."""
+    pairs = [(key, base) for key in ("responses", "rollout_s", "total_s") for base in (BASELINE, ADAPTIVE)]
+    header = [f"{key.replace('_s', ' s')} vs {base}" for key, base in pairs]
+    lines = ["**Whole run against both baselines** (the baseline's mean over this strategy's mean; above 1: this "
+             "strategy spent less)", "", f"| strategy | final accuracy − {BASELINE} | " + " | ".join(header) + " |",
              "|" + "---|" * (2 + len(pairs))]
     for name, r in rows.items():
-        lines.append("| " + " | ".join([name, f"{r['accuracy_final_vs_ds_fixed']:+.3f}"] +
+        lines.append("| " + " | ".join([name, f"{r[f'accuracy_final_vs_{BASELINE}']:+.3f}"] +
                                        [_ratio_cell(r.get(f"whole_{key}_vs_{base}")) for key, base in pairs]) + " |")
     return lines
 
@@ -151,11 +158,12 @@ def limits_section(result: dict) -> str:
              f"{base['update_s'] / base['total_s'] if base['total_s'] else math.nan:.1%} of the total "
              "(compilation, evaluation and audit apart)."]
     if "simulator" in result:
-        lines.append(f"- The oracle (skips exactly the groups that will be zero-variance) would need "
-                     f"{result['simulator']['oracle_vs_ds_fixed']:.2f}x fewer responses than {BASELINE} "
+        lines.append(f"- The {bound()} (skips exactly the groups that will be zero-variance) would need "
+                     f"{result['simulator'][f'oracle_vs_{BASELINE}']:.2f}x fewer responses than {BASELINE} "
                      "(simulator calibrated to this task).")
-    lines += ["", "| strategy | common target reached | own target reached | responses vs ds_fixed | "
-              "rollout s vs ds_fixed | final accuracy − ds_fixed | skip precision (easy / hard) | surplus groups |",
+    lines += ["", f"| strategy | common target reached | own target reached | responses vs {BASELINE} | "
+              f"rollout s vs {BASELINE} | final accuracy − {BASELINE} | skip precision (easy / hard) | "
+              "surplus groups |",
               "|" + "---|" * 8]
     for name, r in rows.items():
         audited = sum(r.get(f"audited_{kind}", 0.0) or 0.0 for kind in ("easy", "hard", "other"))
@@ -166,12 +174,13 @@ def limits_section(result: dict) -> str:
         lines.append("| " + " | ".join([
             name, r["reached"], r["reached_per_seed"],
             *[_ratio_cell(r.get(f"whole_{key}_vs_{BASELINE}")) for key in ("responses", "rollout_s")],
-            f"{r['accuracy_final_vs_ds_fixed']:+.3f}", precision, _cell(r["surplus_groups"])]) + " |")
+            f"{r[f'accuracy_final_vs_{BASELINE}']:+.3f}", precision, _cell(r["surplus_groups"])]) + " |")
     return "\n".join(lines)
 
 
 def plot(runs: dict[str, dict[int, list[dict]]], directory: str) -> list[str]:
-    """accuracy vs responses and vs time, zero-variance ratio over steps, GRESO's p; returns the file names."""
+    """accuracy vs responses and vs time, zero-variance ratio over steps, each strategy's knobs; returns the
+    file names."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -200,20 +209,23 @@ def plot(runs: dict[str, dict[int, list[dict]]], directory: str) -> list[str]:
         fig.savefig(os.path.join(directory, name), dpi=120)
         plt.close(fig)
         files.append(name)
-    for keys, y_label, name, only in ((("selection/zero_variance_ratio",), "zero-variance share of rolled-out groups",
-                                       "zero_variance.png", None),
-                                      (("selection/p_easy", "selection/p_hard"), "GRESO keep probability base p",
-                                       "greso_p.png", "greso")):
+    panels = [(("selection/zero_variance_ratio",), "zero-variance share of rolled-out groups", "zero_variance.png",
+               runs)]
+    for strategy, cls in STRATEGIES.items():  # each strategy's declared knobs, for its runs that logged them
+        keys = tuple(f"selection/{strategy}/{knob}" for knob in cls.knobs)
+        mine = {v: seeds for v, seeds in runs.items() if registered_variant(v).strategy == strategy
+                and any(key in r for records in seeds.values() for r in records for key in keys)}
+        if keys and mine:
+            panels.append((keys, f"{strategy}'s knobs", f"{strategy}_knobs.png", mine))
+    for keys, y_label, name, chosen in panels:
         fig, ax = plt.subplots(figsize=(6, 4))
-        for variant, seeds in runs.items():
-            if only and strategy_of(variant) != only:
-                continue
+        for name_of_run, seeds in chosen.items():
             for key in keys:
-                series = [[_number(r, key) or 0.0 for r in sorted(recs, key=lambda r: r["step"]) if r["step"] > 0]
+                series = [[number(r, key) or 0.0 for r in sorted(recs, key=lambda r: r["step"]) if r["step"] > 0]
                           for recs in seeds.values()]
                 length = min(len(s) for s in series)
                 ax.plot(range(1, length + 1), np.mean([s[:length] for s in series], 0),
-                        label=f"{variant} {key.split('/')[-1]}" if len(keys) > 1 else variant)
+                        label=f"{name_of_run} {key.split('/')[-1]}" if len(keys) > 1 else name_of_run)
         ax.set_xlabel("step")
         ax.set_ylabel(y_label)
         ax.legend()

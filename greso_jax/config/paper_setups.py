@@ -18,7 +18,7 @@ folder in that layout (docs/data.md). Only the model folder comes from a flag:
 """
 
 from greso_jax.config.base import get_config
-from greso_jax.selection import resolve_strategy, training_strategy_names
+from greso_jax.selection import training_strategy_names
 
 PAPER_BENCHMARKS = ("math500", "aime24", "amc23", "minerva_math", "olympiadbench", "gaokao2023en")
 
@@ -27,11 +27,11 @@ def paper_config(variant: str, *, preset: str, train_batch_size: int, rollout_ba
                  max_prompt_length: int, max_response_length: int, micro_batch_size: int):
     """The paper's config for one model; `variant` names the selection strategy: any registered training
     strategy or an alias such as "ds" (greso_jax.selection.training_strategy_names())."""
-    variant = (variant or "greso").strip()
+    c = get_config()
+    variant = (variant or c.selection.strategy).strip()  # the base config's strategy by default
     known = training_strategy_names()
     if variant not in known:
         raise ValueError(f"unknown variant {variant!r}; known: {', '.join(known)}")
-    c = get_config()
     c.seed = 0
 
     c.model.preset = preset  # the architecture, for abstract builds and memory planning without a folder
@@ -79,7 +79,7 @@ def paper_config(variant: str, *, preset: str, train_batch_size: int, rollout_ba
     c.train.warmstart_steps = 0
     c.train.quiet = True  # ours: one line per step suits cluster logs
 
-    c.selection.strategy = resolve_strategy(variant)
+    c.selection.strategy = variant  # an alias is resolved by config.validate
     c.selection.rollout_batch_size = rollout_batch_size
     c.selection.min_pass_size = 64  # GRESO's follow-up passes: at least 64 prompts
     # ours: the paper's DS ran fixed passes with no cap; 16 passes of 384 prompts is a 24x

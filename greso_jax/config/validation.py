@@ -1,7 +1,9 @@
 """Validation of an experiment config: every field checked before anything is compiled, errors naming the field.
 
 Fields of the pluggable families take their allowed names from the registries; each strategy
-section is checked by its own settings dataclass.
+section is checked by its own settings dataclass, once: the selector built from a validated config
+does not check them again. The strategy's alias is resolved here, so every later piece sees (and
+records) the registered name.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from greso_jax.rewards.math import SHAPINGS as REWARD_SHAPINGS
 from greso_jax.rl.advantages import ADVANTAGE_ESTIMATORS
 from greso_jax.rl.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS
 from greso_jax.rl.optim import LR_SCHEDULES
-from greso_jax.selection.base import GROUP_SIZE_SPEC
+from greso_jax.selection.settings import GROUP_SIZE_SPEC
 
 
 def _positive_ints(value) -> str | None:
@@ -166,10 +168,11 @@ def _check_dataset(data: ml_collections.ConfigDict) -> None:
 
 
 def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """Checks every field and the relations between them; raises ConfigError naming the field."""
+    """Checks every field and the relations between them, raising ConfigError naming the field; sets
+    selection.strategy to the registered name of an alias. Returns the config."""
     for name, spec in FIELD_SPECS.items():
         check_field(name, _lookup(config, name), spec)
-    _validate_selection(config.selection, config.rl.group_size, config.seed)
+    _validate_selection(config.selection, config.rl.group_size)
 
     rl, train, data = config.rl, config.train, config.data
     if train.train_batch_size % rl.mini_batch_size:
@@ -205,14 +208,14 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     return config
 
 
-def _validate_selection(sel: ml_collections.ConfigDict, group_size: int, seed: int) -> None:
-    """The strategy name against the live registry, the shared pass sizing, every strategy section,
-    and the chosen strategy built once over one prompt (settings derived from rl.group_size, such as
-    AERO's budget, are checked by the constructor that will build it)."""
+def _validate_selection(sel: ml_collections.ConfigDict, group_size: int) -> None:
+    """The strategy name against the live registry (an alias replaced by its strategy's name), the
+    shared pass sizing, and every strategy section; the chosen strategy's also for what it derives
+    from rl.group_size (AERO's budget)."""
     check_field("selection.strategy", sel.strategy, Spec(STR, choices=(*selection.STRATEGIES, *selection.ALIASES)))
-    strategy = selection.resolve_strategy(sel.strategy)
+    strategy = sel.strategy = selection.resolve_strategy(sel.strategy)
     if selection.STRATEGIES.get(strategy).simulation_only:
-        raise ConfigError(f"selection.strategy: {sel.strategy!r} is simulation-only (it needs foresight of "
+        raise ConfigError(f"selection.strategy: {strategy!r} is simulation-only (it needs foresight of "
                           "rollout outcomes); use it in experiments/bench/selection_sim.py, not for training")
     pass_fields = {f.name: _lookup(sel, f.name) for f in dataclasses.fields(selection.PassConfig)}
     _as_config_error(lambda: selection.PassConfig(**pass_fields).checked("selection"))
@@ -225,10 +228,8 @@ def _validate_selection(sel: ml_collections.ConfigDict, group_size: int, seed: i
                                   "after registering the strategy)")
             continue
         values = sel[name].to_dict()
-        _as_config_error(lambda: selection.settings_of(name, values))
-    _as_config_error(lambda: selection.make_selector(
-        strategy, num_prompts=1, group_size=group_size, seed=seed, passes=selection.PassConfig(**pass_fields),
-        settings=sel.get(strategy)))
+        _as_config_error(lambda: selection.settings_of(name, values,
+                                                       group_size=group_size if name == strategy else None))
 
 
 def _as_config_error(check) -> None:

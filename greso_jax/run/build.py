@@ -94,14 +94,15 @@ def sampling_kwargs(config) -> dict:
 
 
 def selector_from_config(config, num_prompts: int, prompt_levels=None) -> selection.Selector:
-    """The strategy config.selection names, with the shared pass sizing and its own section.
-    prompt_levels: the data's level per prompt id (int [num_prompts], -1 none), for strategies that use it."""
+    """The strategy a validated config's selection.strategy names (config.validate resolved its alias
+    and checked its settings, so they are not checked again), with the shared pass sizing and its own
+    section. prompt_levels: the data's level per prompt id (int [num_prompts], -1 none), offered to the
+    strategy (it takes them if it declares them)."""
     sel = config.selection
-    strategy = selection.resolve_strategy(sel.strategy)
     passes = selection.PassConfig(**{f.name: sel[f.name] for f in dataclasses.fields(selection.PassConfig)})
-    extras = {"prompt_levels": prompt_levels} if selection.STRATEGIES.get(strategy).uses_prompt_levels else {}
-    return selection.make_selector(strategy, num_prompts=num_prompts, group_size=int(config.rl.group_size),
-                                   seed=int(config.seed), passes=passes, settings=sel.get(strategy), **extras)
+    return selection.make_selector(sel.strategy, num_prompts=num_prompts, group_size=int(config.rl.group_size),
+                                   seed=int(config.seed), passes=passes, settings=sel.get(sel.strategy),
+                                   checked=True, prompt_levels=prompt_levels)
 
 
 def prompt_levels(rows) -> np.ndarray:

@@ -6,9 +6,11 @@ import json
 import math
 import os
 import secrets
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
+
+from greso_jax.selection import STRATEGIES
 
 
 class MetricsWriter:
@@ -161,14 +163,16 @@ def read_metrics(workdir: str) -> list[dict]:
 
 
 class Progress:
-    """A tqdm bar over training steps with the numbers a researcher watches; `quiet` prints one
-    plain line per step instead (for log files)."""
+    """A tqdm bar over training steps with the numbers a researcher watches, the strategy's knobs among
+    them (`knobs`: their metric names); `quiet` prints one plain line per step instead (for log files)."""
 
     FIELDS = (("reward", "rollout/reward_mean", "{:.3f}"), ("acc", "eval/accuracy", "{:.3f}"),
-              ("skip", "selection/skip_frac", "{:.0%}"), ("p_e", "selection/p_easy", "{:.3f}"),
-              ("p_h", "selection/p_hard", "{:.3f}"), ("rollouts", "rollout/num_responses", "{:,.0f}"))
+              ("skip", "selection/skip_frac", "{:.0%}"))
 
-    def __init__(self, total: int, initial: int = 0, *, quiet: bool = False, enabled: bool = True):
+    def __init__(self, total: int, initial: int = 0, *, quiet: bool = False, enabled: bool = True,
+                 knobs: Sequence[str] = ()):
+        self.fields = (*self.FIELDS, *((key.rsplit("/", 1)[-1], key, "{:.3f}") for key in knobs),
+                       ("rollouts", "rollout/num_responses", "{:,.0f}"))
         self.quiet, self.enabled, self._last = quiet, enabled, {}
         self._bar = None
         if enabled and not quiet:
@@ -180,7 +184,7 @@ class Progress:
         if not self.enabled:
             return
         self._last.update({k: v for k, v in metrics.items() if v is not None})
-        parts = {name: fmt.format(self._last[key]) for name, key, fmt in self.FIELDS if key in self._last}
+        parts = {name: fmt.format(self._last[key]) for name, key, fmt in self.fields if key in self._last}
         if self._bar is not None:
             self._bar.set_postfix(parts, refresh=False)
             self._bar.update(1)
@@ -200,7 +204,8 @@ def _series(records: Iterable[dict], key: str, x_key: str = "step"):
 
 def plot_run(workdir: str) -> list[str]:
     """Writes PNG plots from metrics.jsonl: accuracy vs step and vs cumulative rollouts,
-    zero-variance ratios, p_easy / p_hard, and the wall-time split. Returns the paths."""
+    zero-variance ratios, the strategy's knobs (selection/<strategy>/<knob>, those its class
+    declares), and the wall-time split. Returns the paths."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -217,7 +222,8 @@ def plot_run(workdir: str) -> list[str]:
         ("zero_variance.png", [("selection/easy_ratio", "step", "all-correct groups"),
                                ("selection/hard_ratio", "step", "all-wrong groups"),
                                ("selection/zero_variance_ratio", "step", "zero-variance groups")], "step"),
-        ("greso_p.png", [("selection/p_easy", "step", "p_easy"), ("selection/p_hard", "step", "p_hard")], "step"),
+        ("strategy_knobs.png", [(f"selection/{name}/{knob}", "step", f"{name} {knob}")
+                                for name, cls in STRATEGIES.items() for knob in cls.knobs], "step"),
         ("time_split.png", [("time/rollout", "step", "rollout"), ("time/reward", "step", "reward"),
                             ("time/update", "step", "update"), ("time/step", "step", "step")], "step"),
     ]

@@ -197,7 +197,8 @@ class Trainer:
         writer = MetricsWriter(self.workdir, enabled=self.is_main, resume_step=start_step or None, config=c)
         self.group_trace = GroupTraceWriter(self.workdir, enabled=self.is_main and c.logging.group_trace,
                                             resume_step=start_step or None)
-        progress = Progress(c.train.num_steps, start_step, quiet=c.train.quiet, enabled=self.is_main)
+        progress = Progress(c.train.num_steps, start_step, quiet=c.train.quiet, enabled=self.is_main,
+                            knobs=[self.selector.metric_name(knob) for knob in self.selector.knobs])
         try:
             if start_step == 0:
                 first_eval = self.evaluate(0)

@@ -1,11 +1,14 @@
-"""The strategy interface: pre-rollout keep decisions, the step's pass shape, history, per-step metrics, state.
+"""The strategy interface: pre-rollout keep decisions, the step's pass shape, history, predictions,
+per-step metrics, state.
 
 A strategy is a `Selector` subclass registered by name (`selection.registry`). The step driver
 (`selection.driver.run_selection_step`) knows no strategy: it asks the strategy for the first
 pass, runs it, hands the new groups back (`after_pass`, which observes them and asks for the
 next pass or ends the step's rollouts) and finally asks which groups to train on
-(`finish_step`). The defaults here are vanilla GRPO's shape: one pass of train_batch_size
-prompts, every group kept. See docs/design.md, "Strategies".
+(`finish_step`). The tools (simulator, predictor replay, reports) know no strategy either: they
+read what a strategy declares (its settings, extras, knobs, ablation) and ask it what it
+predicts (`predicted_zero_variance`). The defaults here are vanilla GRPO's shape: one pass of
+train_batch_size prompts, every group kept. See docs/design.md, "Strategies".
 """
 
 from __future__ import annotations
@@ -15,49 +18,13 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
+from greso_jax.core.specs import check_field
 from greso_jax.selection import counter_rng
 from greso_jax.selection.groups import Group, PassRequest
-from greso_jax.core.specs import BOOL, INT, STR, ConfigError, Spec, check_dataclass, check_field, field
+from greso_jax.selection.settings import GROUP_SIZE_SPEC, Ablation, PassConfig, StrategySettings
 
 # A group's outcome: mixed rewards, all correct, all incorrect; OUTCOME_NONE: a prompt never rolled out.
 OUTCOME_MIXED, OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_NONE = 0, 1, 2, -1
-
-GROUP_SIZE_SPEC = Spec(INT, 2)  # rl.group_size: a group of one response never has reward variance
-
-
-class StrategySettings:
-    """Base of a strategy's own config section (`selection.<name>.*`): a frozen dataclass whose
-    fields are declared with `specs.field` (type, range, one-line doc). `checked` is the single
-    validation both the config and the constructors go through."""
-
-    def checked(self, prefix: str):
-        check_dataclass(self, prefix)
-        self.check_relations(prefix)
-        return self
-
-    def check_relations(self, prefix: str) -> None:
-        """Checks between fields; raise ConfigError naming `prefix.field`."""
-
-
-@dataclasses.dataclass(frozen=True)
-class PassConfig(StrategySettings):
-    """How pass-based strategies size the rollout passes of one step (`selection.*`, shared by all)."""
-
-    rollout_batch_size: int = field(96, Spec(INT, 1), "kept prompts in the first pass of a step; also the "
-                                    "largest pass")
-    min_pass_size: int = field(8, Spec(INT, 1), "smallest follow-up pass")
-    max_passes: int = field(8, Spec(INT, 1), "cap on rollout passes per step (DAPO's max_num_gen_batches)")
-    on_max_passes: str = field("train", Spec(STR, choices=("train", "error")),
-                               "when the cap is hit: train on what was collected, or raise")
-    once_per_step: bool = field(False, Spec(BOOL), "roll out a prompt at most once per step: a pulled prompt "
-                                "already rolled out this step is dropped (selection/repeats_dropped). A selector "
-                                "that skips most of a small pool cycles it within a step and would otherwise "
-                                "re-roll the same prompts on the same policy")
-
-    def check_relations(self, prefix: str) -> None:
-        if self.min_pass_size > self.rollout_batch_size:
-            raise ConfigError(f"{prefix}.min_pass_size: {self.min_pass_size} exceeds "
-                              f"{prefix}.rollout_batch_size {self.rollout_batch_size}")
 
 
 class MaxPassesReached(RuntimeError):
@@ -87,19 +54,37 @@ class Selector:
     """
 
     strategy: ClassVar[str] = "base"  # the registered name (set by `register_strategy`)
-    Settings: ClassVar[type | None] = None  # the strategy's config section, a StrategySettings dataclass
+    Settings: ClassVar[type[StrategySettings] | None] = None  # its config section `selection.<strategy>.*`
     simulation_only: ClassVar[bool] = False  # True: needs foresight only the simulator has (the oracle)
-    uses_prompt_levels: ClassVar[bool] = False  # True: takes `prompt_levels` (the data's level per prompt, -1 none)
+    # What the strategy takes besides its settings, by keyword; make_selector passes exactly these from
+    # what a caller offers: "prompt_levels" (the data's level per prompt, -1 none), the simulator's
+    # "outcome" (next group outcomes) and "success" (true success rates).
+    extras: ClassVar[tuple[str, ...]] = ()
+    # Attributes the strategy adapts, logged after each step as selection/<strategy>/<knob>; plots and
+    # reports draw them.
+    knobs: ClassVar[tuple[str, ...]] = ()
+    ablation: ClassVar[Ablation | None] = None  # the setting its own study sweeps, if any
+    # True: predicted_zero_variance is a chance in [0, 1] (calibration and Brier score apply); False: a score.
+    prediction_is_chance: ClassVar[bool] = True
 
     def __init__(self, num_prompts: int, *, group_size: int = 8, pass_config: PassConfig | None = None,
-                 seed: int = 0):
+                 seed: int = 0, settings: StrategySettings | None = None, checked: bool = False, **fields):
+        """settings: the strategy's `Settings`, or its fields as keywords (`fields`; the rest take the
+        dataclass defaults). checked: group_size, pass_config and settings were checked already for
+        this group size (config.validate), so they are not checked again."""
         if not isinstance(num_prompts, (int, np.integer)) or num_prompts < 1:
             raise ValueError(f"num_prompts: must be an integer >= 1, got {num_prompts!r}")
-        check_field("rl.group_size", int(group_size) if isinstance(group_size, np.integer) else group_size,
-                    GROUP_SIZE_SPEC)
+        if not checked:
+            check_field("rl.group_size", int(group_size) if isinstance(group_size, np.integer) else group_size,
+                        GROUP_SIZE_SPEC)
         self.num_prompts = int(num_prompts)
         self.group_size = int(group_size)
-        self.pass_config = (pass_config if pass_config is not None else PassConfig()).checked("selection")
+        self.pass_config = pass_config if pass_config is not None else PassConfig()
+        self.settings = self._settings_from(settings, fields)
+        if not checked:
+            self.pass_config.checked("selection")
+            if self.settings is not None:
+                self.settings.checked(f"selection.{self.strategy}", group_size=self.group_size)
         self.seed = int(seed)
         self.step = 0
         self.epoch = 0
@@ -109,6 +94,28 @@ class Selector:
         # consistent zero variance is from one rollout of a prompt to its next (GRESO's premise).
         self.last_outcome = np.full(self.num_prompts, OUTCOME_NONE, dtype=np.int8)
         self._reset_step_tallies()
+
+    @classmethod
+    def _settings_from(cls, settings: StrategySettings | None, fields: dict) -> StrategySettings | None:
+        """The strategy's settings: `settings` as given, or `Settings(**fields)`."""
+        if cls.Settings is None:
+            if settings is not None or fields:
+                raise TypeError(f"{cls.strategy}: the strategy takes no settings, got {sorted(fields) or settings!r}")
+            return None
+        if settings is not None:
+            if fields or not isinstance(settings, cls.Settings):
+                raise TypeError(f"{cls.strategy}: settings must be one {cls.Settings.__name__} (without field "
+                                f"keywords), got {settings!r} and {sorted(fields)}")
+            return settings
+        unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(cls.Settings)})
+        if unknown:
+            raise TypeError(f"{cls.strategy}: unknown setting(s) {unknown}; its settings are "
+                            f"{[f.name for f in dataclasses.fields(cls.Settings)]}")
+        return cls.Settings(**fields)
+
+    def metric_name(self, name: str) -> str:
+        """The name of one of this strategy's own metrics: selection/<strategy>/<name>."""
+        return f"selection/{self.strategy}/{name}"
 
     # -- the step shape: what the driver asks ------------------------------------------------
 
@@ -182,6 +189,13 @@ class Selector:
         ids = check_prompt_ids(prompt_ids, self.num_prompts, f"{self.strategy}.skip_kinds")
         return self._skip_kinds(ids).astype(np.int8)
 
+    def predicted_zero_variance(self, prompt_ids) -> np.ndarray | None:
+        """How likely each prompt's next group is zero-variance, from the strategy's history now: float64
+        [N], higher is likelier (a chance when `prediction_is_chance`); None: the strategy makes no
+        prediction (the base, and strategies that do not predict from history)."""
+        check_prompt_ids(prompt_ids, self.num_prompts, f"{self.strategy}.predicted_zero_variance")
+        return None
+
     def observe_groups(self, groups: list[Group]) -> None:
         """Records rolled-out groups (of any sizes) in the history."""
         if groups:
@@ -246,12 +260,12 @@ class Selector:
             self.total_tokens += int(num_tokens)
 
     def end_step(self) -> dict[str, float]:
-        """Closes the step: adapts the strategy (GRESO's p), returns the selector's metrics."""
+        """Closes the step: adapts the strategy (GRESO's p), returns the selector's metrics, its knobs
+        (after adapting) among them."""
         self._adapt()
         groups = self.step_groups
         return {
-            "selection/p_easy": float(self._p_easy_metric()),
-            "selection/p_hard": float(self._p_hard_metric()),
+            **{self.metric_name(knob): float(getattr(self, knob)) for knob in self.knobs},
             "selection/skipped_easy": float(self.step_skipped_easy),
             "selection/skipped_hard": float(self.step_skipped_hard),
             "selection/kept": float(groups),
@@ -330,12 +344,6 @@ class Selector:
 
     def _adapt(self) -> None:
         """End-of-step adaptation; the base has none."""
-
-    def _p_easy_metric(self) -> float:
-        return 1.0  # a strategy that never skips keeps everything: p = 1
-
-    def _p_hard_metric(self) -> float:
-        return 1.0
 
     def _history_state(self) -> dict[str, Any]:
         return {}

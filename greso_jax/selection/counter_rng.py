@@ -1,8 +1,30 @@
-"""Counter-based uniform draws: the same (seed, keys...) gives the same number on every host and after a resume."""
+"""Counter-based uniform draws: the same (seed, keys...) gives the same number on every host and after a resume.
+
+`Stream` is the one table of stream ids (the word after the seed in a draw's key), so that two
+uses of these draws, or of the seeded NumPy generators beside them, never draw alike.
+"""
 
 from __future__ import annotations
 
 import numpy as np
+
+
+class Stream:
+    """Stream id of every seeded draw in selection. Two uses may share an id only when they never run
+    in one selector (MoPPS and the posterior both use 3); the values are fixed, since changing one
+    changes every decision drawn from it."""
+
+    GRESO_KEEP = 1  # GRESO's keep decisions
+    AERO_REJECT = 2  # AERO's rejection and posterior-subset draws
+    MOPPS_THOMPSON = 3  # MoPPS's Thompson draws
+    POSTERIOR_KEEP = 3  # the posterior selector's keep decisions (never in one run with MoPPS)
+    MOPPS_REFERENCE = 4  # seeds the NumPy sample of prompts MoPPS estimates its tolerance from
+    SIM_POPULATION = 7  # seeds the simulator's latent population (NumPy)
+    SIM_SHUFFLE = 11  # seeds the simulator's per-epoch prompt order (NumPy)
+    SIM_ROLLOUTS = 101  # the simulator's Bernoulli responses
+
+    # Pairs allowed to share an id: they are never drawn by one selector.
+    SHARED = (("MOPPS_THOMPSON", "POSTERIOR_KEEP"),)
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15  # odd constant that decorrelates consecutive key words

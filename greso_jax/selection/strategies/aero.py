@@ -4,7 +4,7 @@ Our reading of the paper (its method section was not available to us; where the 
 a choice, it is a config field of `AeroSettings`, `selection.aero.*`):
 - Budget: a prompt gets at most `max_group_size` responses (0: rl.group_size, so AERO is
   compared with the other strategies at the same per-prompt budget; a larger cap is allowed
-  and reported as `selection/max_group_size`). Stage I generates `n_explore` of them (0: half
+  and reported as `selection/aero/max_group_size`). Stage I generates `n_explore` of them (0: half
   the cap); its success rate u = correct / n_explore picks the prompt's stratum.
 - u == 0, rescue: rounds of `n_extra` more rollouts over the still-unsolved prompts, until one
   is correct or the budget is spent (the last round is narrower when n_extra does not divide
@@ -38,13 +38,13 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
+from greso_jax.core.specs import FLOAT, INT, STR, ConfigError, Spec, field
 from greso_jax.selection import counter_rng
-from greso_jax.selection.base import PassConfig, Selector, StrategySettings
+from greso_jax.selection.base import Selector
+from greso_jax.selection.counter_rng import Stream
 from greso_jax.selection.groups import Group, PassRequest
 from greso_jax.selection.registry import register_strategy
-from greso_jax.core.specs import FLOAT, INT, STR, ConfigError, Spec, field
-
-_REJECT_STREAM = 2  # counter_rng stream id of the rejection and posterior-subset draws
+from greso_jax.selection.settings import StrategySettings
 
 
 def _zero_or_at_least(low: int):
@@ -104,6 +104,20 @@ class AeroSettings(StrategySettings):
             raise ConfigError(f"{prefix}.n_explore: {self.n_explore} must be below {prefix}.max_group_size "
                               f"{self.max_group_size}")
 
+    def budget(self, group_size: int) -> int:
+        """Responses per prompt, Stage I and rescue together (max_group_size, 0: rl.group_size)."""
+        return int(self.max_group_size or group_size)
+
+    def stage_one(self, group_size: int) -> int:
+        """Stage I responses per prompt (n_explore, 0: half the budget)."""
+        return int(self.n_explore or self.budget(group_size) // 2)
+
+    def check_group_size(self, prefix: str, group_size: int) -> None:
+        budget, stage_one = self.budget(group_size), self.stage_one(group_size)
+        if not 2 <= stage_one < budget:
+            raise ConfigError(f"{prefix}.n_explore: Stage I of {stage_one} responses must be >= 2 and below the "
+                              f"budget of {budget} ({prefix}.max_group_size, 0 = rl.group_size)")
+
 
 class Curated(NamedTuple):
     """What curation decides for one group: loss mask bool [k], rewards float32 [k] for the
@@ -121,25 +135,10 @@ class AeroSelector(Selector):
 
     Settings = AeroSettings
 
-    def __init__(self, num_prompts: int, *, n_explore: int = 0, n_extra: int = 4, max_group_size: int = 0,
-                 reject_k: float = 1.0, reject_below: float = 0.5, prior_alpha: float = 1.0,
-                 prior_beta: float = 1.0, posterior_from: str = "history", posterior_responses: int = 0,
-                 seed: int = 0, group_size: int = 8, pass_config: PassConfig | None = None):
-        super().__init__(num_prompts, group_size=group_size, pass_config=pass_config, seed=seed)
-        settings = AeroSettings(n_explore=n_explore, n_extra=n_extra, max_group_size=max_group_size,
-                                reject_k=reject_k, reject_below=reject_below, prior_alpha=prior_alpha,
-                                prior_beta=prior_beta, posterior_from=posterior_from,
-                                posterior_responses=posterior_responses).checked("selection.aero")
-        self.max_group_size = int(settings.max_group_size or self.group_size)
-        self.n_explore = int(settings.n_explore or self.max_group_size // 2)
-        if not 2 <= self.n_explore < self.max_group_size:
-            raise ConfigError(f"selection.aero.n_explore: Stage I of {self.n_explore} responses must be >= 2 and "
-                              f"below the budget of {self.max_group_size} (selection.aero.max_group_size, "
-                              "0 = rl.group_size)")
-        self.n_extra = int(settings.n_extra)
-        self.reject_k, self.reject_below = float(settings.reject_k), float(settings.reject_below)
-        self.prior_alpha, self.prior_beta = float(settings.prior_alpha), float(settings.prior_beta)
-        self.posterior_from, self.posterior_responses = settings.posterior_from, int(settings.posterior_responses)
+    def __init__(self, num_prompts: int, **common):
+        super().__init__(num_prompts, **common)
+        self.max_group_size = self.settings.budget(self.group_size)
+        self.n_explore = self.settings.stage_one(self.group_size)
         self.successes = np.zeros(self.num_prompts, dtype=np.int32)  # correct responses over the prompt's history
         self.failures = np.zeros(self.num_prompts, dtype=np.int32)
         self.step_posterior_groups = self.step_rejected_responses = 0
@@ -166,7 +165,7 @@ class AeroSelector(Selector):
         return groups
 
     def rescue_widths(self) -> list[int]:
-        return rescue_widths(self.n_explore, self.n_extra, self.max_group_size)
+        return rescue_widths(self.n_explore, self.settings.n_extra, self.max_group_size)
 
     def curate(self, prompt_id: int, correct: np.ndarray, rewards: np.ndarray) -> Curated:
         """The loss terms of one group whose first n_explore responses are its Stage I.
@@ -175,23 +174,24 @@ class AeroSelector(Selector):
         """
         correct = np.asarray(correct, dtype=bool)
         rewards = np.asarray(rewards, dtype=np.float32)
-        key = counter_rng.scalar_key(self.seed, _REJECT_STREAM, self.step, prompt_id)
+        s = self.settings
+        key = counter_rng.scalar_key(self.seed, Stream.AERO_REJECT, self.step, prompt_id)
         draws = counter_rng.uniform(key, np.arange(correct.size))
         stage_one_correct = int(correct[:self.n_explore].sum())
         mask = np.ones(correct.shape, dtype=bool)
-        if 0 < stage_one_correct < self.reject_below * min(self.n_explore, correct.size):
-            mask = rejection_mask(correct, draws, self.reject_k)
+        if 0 < stage_one_correct < s.reject_below * min(self.n_explore, correct.size):
+            mask = rejection_mask(correct, draws, s.reject_k)
         kept = correct[mask]
         if kept.any() and not kept.all():
             return self._curated(mask, rewards, math.nan, math.nan)
         self.step_posterior_groups += 1
-        if self.posterior_from == "history":
+        if s.posterior_from == "history":
             successes, failures = self.successes[prompt_id], self.failures[prompt_id]
         else:
             successes, failures = int(correct.sum()), int((~correct).sum())
-        baseline, scale = posterior_baseline(successes, failures, self.prior_alpha, self.prior_beta)
-        if self.posterior_responses and mask.sum() > self.posterior_responses:
-            chosen = np.flatnonzero(mask)[np.argsort(draws[mask], kind="stable")[:self.posterior_responses]]
+        baseline, scale = posterior_baseline(successes, failures, s.prior_alpha, s.prior_beta)
+        if s.posterior_responses and mask.sum() > s.posterior_responses:
+            chosen = np.flatnonzero(mask)[np.argsort(draws[mask], kind="stable")[:s.posterior_responses]]
             mask = np.zeros(correct.shape, dtype=bool)
             mask[chosen] = True
         return self._curated(mask, correct.astype(np.float32), baseline, scale)
@@ -206,10 +206,10 @@ class AeroSelector(Selector):
 
     def end_step(self) -> dict[str, float]:
         metrics = super().end_step()
-        metrics["selection/posterior_groups"] = float(self.step_posterior_groups)
+        metrics[self.metric_name("posterior_groups")] = float(self.step_posterior_groups)
         # Generated and paid for, left out of the update (rejection, posterior subsets).
-        metrics["selection/rejected_responses"] = float(self.step_rejected_responses)
-        metrics["selection/max_group_size"] = float(self.max_group_size)
+        metrics[self.metric_name("rejected_responses")] = float(self.step_rejected_responses)
+        metrics[self.metric_name("max_group_size")] = float(self.max_group_size)
         return metrics
 
     def _update_history(self, ids, num_correct, num_samples, easy, hard) -> None:

@@ -6,32 +6,31 @@ from typing import Callable
 
 import numpy as np
 
-from greso_jax.selection.base import OUTCOME_MIXED, PassConfig, check_prompt_ids
-from greso_jax.selection.dynamic_sampling import DynamicSamplingSelector
+from greso_jax.selection.base import OUTCOME_MIXED, check_prompt_ids
 from greso_jax.selection.groups import PassRequest
 from greso_jax.selection.registry import register_strategy
+from greso_jax.selection.strategies.dynamic_sampling import FilteringSelector
 
 
 # outcome(step, prompt_ids int64 [N]) -> int [N] of the OUTCOME_* codes the next rollout of each prompt will have.
 OutcomeFn = Callable[[int, np.ndarray], np.ndarray]
 
 
-@register_strategy("oracle")
-class OracleSelector(DynamicSamplingSelector):
+@register_strategy("oracle", bound=True)
+class OracleSelector(FilteringSelector):
     """Skips, at zero cost, every prompt whose next group would be all correct or all incorrect.
 
     The physical limit of any pre-rollout selector. `outcome` must predict exactly what the
     rollout will produce (a simulator with counter-based draws can); the step still drops
-    any zero-variance group that slips through, so a wrong prediction costs only responses.
+    any zero-variance group that slips through, so a wrong prediction costs only responses. It
+    predicts nothing from history (`predicted_zero_variance` is None): it knows.
     """
 
     simulation_only = True
-    Settings = None  # the pass sizing is Dynamic Sampling's adaptive one; no section of its own
+    extras = ("outcome",)
 
-    def __init__(self, num_prompts: int, *, outcome: OutcomeFn | None = None, group_size: int = 8,
-                 pass_config: PassConfig | None = None, seed: int = 0):
-        super().__init__(num_prompts, group_size=group_size, pass_config=pass_config, seed=seed,
-                         pass_sizing="adaptive")
+    def __init__(self, num_prompts: int, *, outcome: OutcomeFn | None = None, **common):
+        super().__init__(num_prompts, **common)
         if not callable(outcome):
             raise ValueError("selection.strategy: 'oracle' needs the simulator's `outcome` callable "
                              "(step, prompt_ids) -> outcome codes; it exists only in simulation")

@@ -15,10 +15,10 @@ from typing import Callable
 
 import numpy as np
 
-from greso_jax.selection.base import check_prompt_ids
-from greso_jax.selection.posterior import PosteriorSelector, PosteriorSettings
-from greso_jax.selection.registry import register_strategy
 from greso_jax.core.specs import FLOAT, Spec, field
+from greso_jax.selection.base import check_prompt_ids
+from greso_jax.selection.registry import register_strategy
+from greso_jax.selection.strategies.posterior import PosteriorSelector, PosteriorSettings
 
 # success(step, prompt_ids int64 [N]) -> float [N]: each prompt's true success probability at `step`.
 SuccessFn = Callable[[int, np.ndarray], np.ndarray]
@@ -34,14 +34,15 @@ class KnownRateSettings(PosteriorSettings):
 
 @register_strategy("known_rate")
 class KnownRateSelector(PosteriorSelector):
-    """The posterior selector with the exact chance of a zero-variance group in place of its estimate."""
+    """The posterior selector with the exact chance of a zero-variance group in place of its estimate
+    (its prediction is the true chance)."""
 
     simulation_only = True
-    uses_prompt_levels = False
     Settings = KnownRateSettings
+    extras = ("success",)  # no levels: a known rate needs no prior
 
-    def __init__(self, num_prompts: int, *, success: SuccessFn | None = None, **kwargs):
-        super().__init__(num_prompts, **kwargs)
+    def __init__(self, num_prompts: int, *, success: SuccessFn | None = None, **common):
+        super().__init__(num_prompts, **common)
         if not callable(success):
             raise ValueError("selection.strategy: 'known_rate' needs the simulator's `success` callable "
                              "(step, prompt_ids) -> success probabilities; it exists only in simulation")

@@ -1,71 +1,23 @@
 """Posterior selector: a decayed Beta-binomial posterior of each prompt's success rate predicts whether
 its next group is zero-variance; predicted ones are skipped, behind a threshold tuned toward a target.
 
-Choices (docs/design.md, "Posterior"):
-- Evidence: per prompt, decayed counts of correct and incorrect responses, float32 each (8 bytes
-  per prompt). At each new rollout of a prompt its earlier counts are multiplied by `decay`
-  before the new group's are added, so a prompt the policy has moved on from is re-learnt in one
-  or two rollouts; decay 1 never forgets. At the start of every step all counts are multiplied
-  by `step_decay` as well, rolled out or not: a prompt skipped for long drifts back toward its
-  prior and is eventually re-tried, which finds the prompts that became learnable (or that the
-  policy unlearnt) while they were skipped. 0.995 (half-life ~140 steps) raised skip precision
-  and coverage in the selection simulator at equal efficiency (5,000 prompts x 600 steps, no
-  levels: 0.776 / 0.620 against 0.718 / 0.507 without it).
-- Prior: fitted to the pool (empirical Bayes, `fit_prior`): the Beta whose beta-binomial matches
-  the mean and variance of the success fractions of every prompt with evidence, each prompt once,
-  at the start of each step. Real prompt sets are U-shaped (most prompts nearly always or nearly
-  never solved), and a uniform prior cannot say so: after one all-correct group of 8 it predicts
-  another with chance 0.53, where the fitted prior of such a population says ~0.9. The fit is to
-  the pool's evidence, not to the groups rolled out: the selector rolls out mostly prompts it
-  predicts informative, so recent groups over-represent the middle, and a prior fitted to them
-  (an earlier version) came out flat, Beta(~1.3, ~1.2), and under-predicted the solved and
-  unsolved prompts it exists to skip; fitted to the pool it is Beta(~0.15, ~0.15) on the same run
-  (selection simulator, 5,000 prompts x 600 steps: 0.757 of the oracle's saving over DS before,
-  0.786 after, with step_decay). Until `_MIN_PRIOR_PROMPTS` prompts have evidence, and with
-  fit_prior off, Beta(prior_alpha, prior_beta).
-- Level priors (`level_prior`): when the data labels prompts with a level (the arithmetic pools'
-  difficulty, or a file's `data.level_field` values such as its data source or subject;
-  `prompt_levels`, -1 for none), each level with `_MIN_PRIOR_PROMPTS` prompts seen gets
-  its own prior, fitted to its own prompts' evidence, and its prompts use it instead of the
-  population's: a prompt of a level the policy has mastered is predicted all-correct before its
-  first rollout, and one with evidence is shrunk toward its level rather than toward the pool.
-- Unseen prompts: a prompt without evidence is kept unless its level's prior predicts a
-  zero-variance group (then `explore`, as any predicted one). Without a level prior it is always
-  kept: the population's prediction says nothing about one prompt, so every prompt is tried once.
-- Posterior: Beta(prior + correct, prior + incorrect). The chance that the next group
-  of G responses is zero-variance is E[p^G + (1-p)^G] under it, which for a Beta is a product of
-  G ratios (no sampling): E[p^G] = prod_{i<G} (a+i)/(a+b+i). A prompt never rolled out has the
-  prior's chance.
-- Keep rule: probability 1 when the predicted chance is below the threshold, else `explore`,
-  the floor that keeps re-testing skipped prompts (between rollouts a prompt's prediction moves
-  only with step_decay and its prior). Draws are counter-based, keyed by (seed, stream, step) x (prompt, occurrence
-  epoch), as GRESO's, so resume and every host decide the same.
-- Supply floor (`min_keep_share`): the threshold in force is never below the chance that keeps
-  that share of the pool (the `min_keep_share` quantile of all prompts' predicted chances, fixed
-  per step). Where zero variance is hard to predict (a small model at temperature 1 repeats an
-  outcome far less reliably than the simulator's prompts), the target below is out of reach and
-  the threshold would wind down to its clamp; the selector then skipped 99% of a 3,000-prompt
-  pool, cycled through it several times per step, trained on the few prompts it kept and lost
-  held-out accuracy. The floor bounds how narrow the kept set can get (the GRESO paper's
-  regime: up to 80% of prompts zero-variance, so 0.2 by default).
-- Threshold: one global value, moved by `threshold_step` after each step toward the target
-  zero-variance ratio of the groups the prediction kept (down: skip more when they were more
-  often zero-variance than the target). Groups kept by exploration are left out of that ratio:
-  they are predicted zero-variance, and counting them would push the threshold down whatever it
-  is (a target below the exploration's own share then winds it to its floor). It moves only
-  after a step in which most rolled-out prompts had evidence before their rollout: while
-  candidates have no history the threshold cannot act, and moving it would only wind it up.
-- Pass size: from the prediction, not from the last pass. The stream yields prompts in a random
-  order, so the expected share of informative groups among the prompts it will keep is the
-  keep-weighted mean of 1 - chance over all prompts, corrected by the running ratio of observed
-  to predicted informative groups (the prediction's calibration, 1 until measured). A pass pulls
-  ceil(missing / rate * pass_margin) prompts, between selection.min_pass_size and
-  max_pass_factor x train_batch_size. The first pass of a step is sized the same way (not
-  selection.rollout_batch_size). In the first epoch the prompts ahead are the unseen ones (the
-  others were met already), so they are counted first (`prompts_to_pull`): sized from the whole
-  pool, the first epoch of the headline population took 2.85 passes per step, against 1.75
-  (100 steps without levels: 1.53 passes per step overall, now 1.31).
-- Filtering: groups without reward variance are dropped after rollout, as Dynamic Sampling does.
+The parts, and why (the measurements behind each choice: docs/design.md, "Posterior"):
+- Evidence: decayed counts of correct and incorrect responses per prompt (`decay` at each
+  rollout of it, `step_decay` at every step), so a prompt the policy moved on from is re-learnt,
+  and one skipped for long drifts back to its prior and is re-tried.
+- Prior: fitted to the pool's evidence (empirical Bayes, each prompt once), since real prompt
+  sets are U-shaped and a uniform prior cannot say so; per data level (`level_prior`) once a
+  level has `_MIN_PRIOR_PROMPTS` prompts with evidence. An unseen prompt is judged only by its
+  own level's prior, else kept.
+- Prediction: E[p^G + (1-p)^G] under the posterior; kept with probability 1 below the threshold
+  in force, else `explore`. Draws are counter-based, as GRESO's.
+- Threshold: moved by `threshold_step` toward `target_zero_variance` of the groups the prediction
+  kept (exploration left out), only after steps whose prompts mostly had evidence; never below
+  the supply floor that keeps `min_keep_share` of the pool, which bounds how narrow the kept set
+  gets where zero variance is hard to predict.
+- Passes: sized from the prediction (the keep-weighted informative rate, calibrated by observed
+  over predicted), the unseen prompts of the first epoch counted first; zero-variance groups are
+  dropped after rollout, as Dynamic Sampling does.
 """
 
 from __future__ import annotations
@@ -76,14 +28,15 @@ from typing import Any
 
 import numpy as np
 
-from greso_jax.selection.base import (OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, PassConfig, StrategySettings,
-                                      check_prompt_ids)
-from greso_jax.selection.dynamic_sampling import DynamicSamplingSelector
+from greso_jax.core.specs import BOOL, FLOAT, ConfigError, Spec, field
+from greso_jax.selection.base import OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, check_prompt_ids
+from greso_jax.selection.beta import zero_variance_chance
+from greso_jax.selection.counter_rng import Stream
 from greso_jax.selection.groups import Group, PassRequest
 from greso_jax.selection.registry import register_strategy
-from greso_jax.core.specs import BOOL, FLOAT, ConfigError, Spec, field
+from greso_jax.selection.settings import StrategySettings
+from greso_jax.selection.strategies.dynamic_sampling import FilteringSelector
 
-_KEEP_STREAM = 3  # counter_rng stream of the keep decisions (GRESO uses 1; MoPPS, never in the same run, 3 too)
 _UNIT = Spec(FLOAT, 0, 1)
 _CALIBRATION_MEMORY = 0.8  # weight of earlier passes in the running observed / predicted ratio
 _MIN_PRIOR_PROMPTS = 32  # prompts with evidence before a fitted prior replaces the configured one
@@ -122,36 +75,17 @@ class PosteriorSettings(StrategySettings):
                               f"{self.threshold_min}")
 
 
-def zero_variance_chance(alpha: np.ndarray, beta: np.ndarray, group_size: int) -> np.ndarray:
-    """E[p^G + (1-p)^G] for p ~ Beta(alpha, beta): the chance that G responses are all correct or all
-    incorrect. alpha, beta float [N] (> 0); returns float64 [N]."""
-    a, b = np.asarray(alpha, np.float64)[:, None], np.asarray(beta, np.float64)[:, None]
-    i = np.arange(group_size, dtype=np.float64)[None, :]
-    return np.prod((a + i) / (a + b + i), axis=1) + np.prod((b + i) / (a + b + i), axis=1)
-
-
 @register_strategy("posterior")
-class PosteriorSelector(DynamicSamplingSelector):
+class PosteriorSelector(FilteringSelector):
     """Skips prompts whose decayed Beta posterior predicts a zero-variance group (module docstring)."""
 
     Settings = PosteriorSettings
-    uses_prompt_levels = True
+    extras = ("prompt_levels",)
+    knobs = ("threshold", "calibration")
 
-    def __init__(self, num_prompts: int, *, fit_prior: bool = True, prior_alpha: float = 1.0, prior_beta: float = 1.0,
-                 decay: float = 0.7, step_decay: float = 0.995,
-                 explore: float = 0.005, threshold: float = 0.5, threshold_step: float = 0.02,
-                 threshold_min: float = 0.05, target_zero_variance: float = 0.15, min_keep_share: float = 0.2,
-                 level_prior: bool = True,
-                 pass_margin: float = 1.05, max_pass_factor: float = 4.0, group_size: int = 8,
-                 pass_config: PassConfig | None = None, seed: int = 0, prompt_levels=None):
-        super().__init__(num_prompts, pass_sizing="adaptive", group_size=group_size, pass_config=pass_config,
-                         seed=seed)
-        self.settings = PosteriorSettings(
-            fit_prior=fit_prior, prior_alpha=prior_alpha, prior_beta=prior_beta, decay=decay, step_decay=step_decay,
-            explore=explore, threshold=threshold, threshold_step=threshold_step, threshold_min=threshold_min,
-            target_zero_variance=target_zero_variance, min_keep_share=min_keep_share, level_prior=level_prior,
-            pass_margin=pass_margin,
-            max_pass_factor=max_pass_factor).checked("selection.posterior")
+    def __init__(self, num_prompts: int, *, prompt_levels=None, **common):
+        """prompt_levels: the data's level per prompt (int [num_prompts], -1 none; None: no levels)."""
+        super().__init__(num_prompts, **common)
         # Level index per prompt: 0 = no level, l + 1 = data level l.
         self.level_index = _level_index(prompt_levels, self.num_prompts)
         self.num_levels = int(self.level_index.max()) + 1
@@ -238,6 +172,9 @@ class PosteriorSelector(DynamicSamplingSelector):
         alpha, beta = self.prior(ids)
         return zero_variance_chance(alpha + self.correct[ids], beta + self.incorrect[ids], self.group_size)
 
+    def predicted_zero_variance(self, prompt_ids) -> np.ndarray:
+        return self.zero_variance_chances(prompt_ids)
+
     def keep_probabilities(self, prompt_ids) -> np.ndarray:
         """Keep probability per prompt, float64 [N]: 1 below the threshold or without evidence (unless its
         level's prior predicts zero variance), else `explore`."""
@@ -259,7 +196,7 @@ class PosteriorSelector(DynamicSamplingSelector):
 
     def should_keep(self, prompt_ids, epochs=None) -> np.ndarray:
         ids = check_prompt_ids(prompt_ids, self.num_prompts, "posterior.should_keep")
-        return self.occurrence_uniforms(ids, epochs, _KEEP_STREAM) < self.keep_probabilities(ids)
+        return self.occurrence_uniforms(ids, epochs, Stream.POSTERIOR_KEEP) < self.keep_probabilities(ids)
 
     def prompts_to_pull(self, wanted: float) -> float:
         """Expected kept prompts the stream must yield for `wanted` informative groups (calibrated).
@@ -343,17 +280,11 @@ class PosteriorSelector(DynamicSamplingSelector):
         metrics = super().end_step()
         # Why the step kept what it kept: the threshold its decisions used and the floor under it, and
         # how the groups the prediction kept (not exploration, not unseen prompts) turned out.
-        metrics.update({"selection/posterior_threshold_in_force": in_force,
-                        "selection/posterior_supply_threshold": supply,
-                        "selection/posterior_predicted_kept": float(kept),
-                        "selection/posterior_predicted_kept_zero_variance": float(kept_zero_variance)})
+        metrics.update({self.metric_name("threshold_in_force"): in_force,
+                        self.metric_name("supply_threshold"): supply,
+                        self.metric_name("predicted_kept"): float(kept),
+                        self.metric_name("predicted_kept_zero_variance"): float(kept_zero_variance)})
         return metrics
-
-    def _p_easy_metric(self) -> float:
-        return self.threshold  # the keep rule's one global knob, logged where GRESO logs p
-
-    def _p_hard_metric(self) -> float:
-        return self.calibration
 
     def _history_state(self) -> dict[str, Any]:
         return {"threshold": self.threshold, "calibration": self.calibration, "step_informed": self.step_informed,

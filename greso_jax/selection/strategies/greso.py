@@ -10,14 +10,14 @@ from typing import Any
 
 import numpy as np
 
-from greso_jax.selection.base import (OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_NONE, PassConfig,
-                                      StrategySettings, check_prompt_ids)
-from greso_jax.selection.dynamic_sampling import DynamicSamplingSelector
-from greso_jax.selection.registry import register_strategy
 from greso_jax.core.specs import FLOAT, INT, ConfigError, Spec, field
+from greso_jax.selection.base import OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_NONE, check_prompt_ids
+from greso_jax.selection.counter_rng import Stream
+from greso_jax.selection.registry import register_strategy
+from greso_jax.selection.settings import Ablation, StrategySettings
+from greso_jax.selection.strategies.dynamic_sampling import FilteringSelector
 
 KEEP_FLOOR = 0.01  # every prompt keeps at least this chance of being re-explored
-_KEEP_STREAM = 1  # counter_rng stream id of the keep decisions
 _UNIT = Spec(FLOAT, 0, 1)
 
 
@@ -49,7 +49,7 @@ class GresoSettings(StrategySettings):
 
 
 @register_strategy("greso")
-class GresoSelector(DynamicSamplingSelector):
+class GresoSelector(FilteringSelector):
     """Per-prompt easy / hard streaks (one dense signed int32 array, 4 bytes per prompt) and the GRESO skip rule.
 
     A prompt whose last z consecutive rollouts were all correct is kept with probability
@@ -60,26 +60,19 @@ class GresoSelector(DynamicSamplingSelector):
     before it no prompt has a history, nothing can be skipped, and adapting would only wind p
     down to its clamp). Decisions are counter-based draws keyed by (seed, step, occurrence
     epoch, prompt id). Passes are sized adaptively as Dynamic Sampling's, whose filtering GRESO
-    keeps for the groups it could not predict.
+    keeps for the groups it could not predict. Its prediction is a score, the streak's length.
     """
 
     Settings = GresoSettings
+    knobs = ("p_easy", "p_hard")
+    ablation = Ablation("delta_p", (0.0025, 0.005, 0.01, 0.02, 0.05), label="Δp")
+    prediction_is_chance = False
 
-    def __init__(self, num_prompts: int, *, p_easy: float = 0.5, p_hard: float = 0.5, delta_p: float = 0.01,
-                 target_zero_variance: float = 0.25, p_min: float = 0.05, p_max: float = 0.95,
-                 adapt_from_epoch: int = 1, seed: int = 0, group_size: int = 8,
-                 pass_config: PassConfig | None = None):
-        super().__init__(num_prompts, group_size=group_size, pass_config=pass_config, seed=seed)
-        settings = GresoSettings(p_easy=p_easy, p_hard=p_hard, delta_p=delta_p,
-                                 target_zero_variance=target_zero_variance, p_min=p_min, p_max=p_max,
-                                 adapt_from_epoch=adapt_from_epoch).checked("selection.greso")
-        self.p_easy = float(settings.p_easy)
-        self.p_hard = float(settings.p_hard)
-        self.delta_p = float(settings.delta_p)
-        self.target_zero_variance = float(settings.target_zero_variance)
-        self.p_min = float(settings.p_min)
-        self.p_max = float(settings.p_max)
-        self.adapt_from_epoch = int(settings.adapt_from_epoch)
+    def __init__(self, num_prompts: int, **common):
+        super().__init__(num_prompts, **common)
+        # The adapted keep bases: state, starting from the settings.
+        self.p_easy = float(self.settings.p_easy)
+        self.p_hard = float(self.settings.p_hard)
         # One signed streak per prompt (4 bytes): +z = z all-correct rollouts in a row, -z = z all-incorrect,
         # 0 = last rollout mixed or never rolled out. The two streaks are exclusive, so one array holds both.
         self.streak = np.zeros(self.num_prompts, dtype=np.int32)
@@ -97,11 +90,11 @@ class GresoSelector(DynamicSamplingSelector):
 
     @property
     def easy_target(self) -> float:
-        return self.target_zero_variance / 3.0
+        return self.settings.target_zero_variance / 3.0
 
     @property
     def hard_target(self) -> float:
-        return 2.0 * self.target_zero_variance / 3.0
+        return 2.0 * self.settings.target_zero_variance / 3.0
 
     def keep_probabilities(self, prompt_ids) -> np.ndarray:
         """Keep probability per prompt, float64 [N]."""
@@ -125,7 +118,13 @@ class GresoSelector(DynamicSamplingSelector):
 
     def should_keep(self, prompt_ids, epochs=None) -> np.ndarray:
         ids = check_prompt_ids(prompt_ids, self.num_prompts, "greso.should_keep")
-        return self.occurrence_uniforms(ids, epochs, _KEEP_STREAM) < self.keep_probabilities(ids)
+        return self.occurrence_uniforms(ids, epochs, Stream.GRESO_KEEP) < self.keep_probabilities(ids)
+
+    def predicted_zero_variance(self, prompt_ids) -> np.ndarray:
+        """The streak's length |z|, float64 [N]: the longer a prompt has been all correct or all incorrect,
+        the likelier its next group is too (the order GRESO's keep rule skips in at p_easy = p_hard)."""
+        ids = check_prompt_ids(prompt_ids, self.num_prompts, "greso.predicted_zero_variance")
+        return np.abs(self.streak[ids]).astype(np.float64)
 
     def _skip_kinds(self, ids: np.ndarray) -> np.ndarray:
         streak = self.streak[ids]
@@ -140,23 +139,18 @@ class GresoSelector(DynamicSamplingSelector):
                                                hard[row:row + 1])[0]
 
     def _adapt(self) -> None:
-        if self.step_groups == 0 or self.epoch < self.adapt_from_epoch:
+        s = self.settings
+        if self.step_groups == 0 or self.epoch < s.adapt_from_epoch:
             return
         easy_ratio = self.step_easy / self.step_groups
         hard_ratio = self.step_hard / self.step_groups
-        self.p_easy = self._clamp(self.p_easy - self.delta_p if easy_ratio >= self.easy_target
-                                  else self.p_easy + self.delta_p)
-        self.p_hard = self._clamp(self.p_hard - self.delta_p if hard_ratio >= self.hard_target
-                                  else self.p_hard + self.delta_p)
+        self.p_easy = self._clamp(self.p_easy - s.delta_p if easy_ratio >= self.easy_target
+                                  else self.p_easy + s.delta_p)
+        self.p_hard = self._clamp(self.p_hard - s.delta_p if hard_ratio >= self.hard_target
+                                  else self.p_hard + s.delta_p)
 
     def _clamp(self, p: float) -> float:
-        return min(max(p, self.p_min), self.p_max)
-
-    def _p_easy_metric(self) -> float:
-        return self.p_easy
-
-    def _p_hard_metric(self) -> float:
-        return self.p_hard
+        return float(min(max(p, self.settings.p_min), self.settings.p_max))
 
     def _history_state(self) -> dict[str, Any]:
         return {"p_easy": self.p_easy, "p_hard": self.p_hard, "streak": self.streak.copy()}

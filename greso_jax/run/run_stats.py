@@ -1,5 +1,5 @@
-"""One comparison run's numbers: a variant's strategy, and a run's metrics.jsonl records turned into cumulative
-curves, whole-run statistics, the cost to reach a target accuracy and the accuracy reached within a budget."""
+"""Reading a finished run's metrics.jsonl records: cumulative curves, whole-run statistics, the cost to reach a
+target accuracy and the accuracy reached within a budget (the strategy comparison's numbers)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,9 @@ from typing import Sequence
 
 import numpy as np
 
-from greso_jax.selection import resolve_strategy
 
-BASELINE, ADAPTIVE_DS = "ds_fixed", "dynamic_sampling"
-
-
-def strategy_of(variant: str) -> str:
-    return ADAPTIVE_DS if variant == BASELINE else resolve_strategy(variant)
-
-
-def _number(record: dict, key: str) -> float | None:
+def number(record: dict, key: str) -> float | None:
+    """record[key] as a float when it is a finite number, else None."""
     value = record.get(key)
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
@@ -35,24 +28,24 @@ def run_curves(records: Sequence[dict]) -> dict[str, list[float]]:
     compile_part = {"rollout_s": ("time/rollout_compile",), "update_s": ("time/update_compile",),
                     "step_s": keys["compile_s"]}
     for record in steps:
-        cumulative["responses"].append(_number(record, "rollout/num_responses") or cumulative["responses"][-1])
-        cumulative["tokens"].append(_number(record, "rollout/num_tokens") or cumulative["tokens"][-1])
+        cumulative["responses"].append(number(record, "rollout/num_responses") or cumulative["responses"][-1])
+        cumulative["tokens"].append(number(record, "rollout/num_tokens") or cumulative["tokens"][-1])
         for name, metric_keys in keys.items():
-            spent = sum(_number(record, k) or 0.0 for k in metric_keys)
-            spent -= sum(_number(record, k) or 0.0 for k in compile_part.get(name, ()))
+            spent = sum(number(record, k) or 0.0 for k in metric_keys)
+            spent -= sum(number(record, k) or 0.0 for k in compile_part.get(name, ()))
             cumulative[name].append(cumulative[name][-1] + spent)
-    evals = [(int(r["step"]), _number(r, "eval/accuracy")) for r in records if _number(r, "eval/accuracy") is not None]
-    eval_time = sum(_number(r, "time/eval") or 0.0 for r in records)
+    evals = [(int(r["step"]), number(r, "eval/accuracy")) for r in records if number(r, "eval/accuracy") is not None]
+    eval_time = sum(number(r, "time/eval") or 0.0 for r in records)
     return {**cumulative, "eval_steps": [s for s, _ in evals], "eval_accuracy": [a for _, a in evals],
             "eval_s": eval_time, "steps": [0] + [int(r["step"]) for r in steps]}
 
 
 def _sum(records, key) -> float:
-    return float(sum(_number(r, key) or 0.0 for r in records if r.get("step", 0) > 0))
+    return float(sum(number(r, key) or 0.0 for r in records if r.get("step", 0) > 0))
 
 
 def _mean(records, key) -> float:
-    values = [v for r in records if r.get("step", 0) > 0 and (v := _number(r, key)) is not None]
+    values = [v for r in records if r.get("step", 0) > 0 and (v := number(r, key)) is not None]
     return float(np.mean(values)) if values else float("nan")
 
 
@@ -85,8 +78,8 @@ def run_stats(records: Sequence[dict]) -> dict[str, float]:
         "skips_easy": _sum(records, "selection/skipped_easy"), "skips_hard": _sum(records, "selection/skipped_hard"),
     }
     first = next((r for r in records if r.get("step") == 0), {})
-    stats["warmstart_steps"] = _number(first, "warmstart/steps") or float("nan")
-    stats["warmstart_accuracy"] = _number(first, "warmstart/accuracy") or float("nan")
+    stats["warmstart_steps"] = number(first, "warmstart/steps") or float("nan")
+    stats["warmstart_accuracy"] = number(first, "warmstart/accuracy") or float("nan")
     stats["rollout_share"] = ratio(stats["rollout_s"], stats["total_s"])
     # Every audited skip counts in the overall precision, also those the strategy made no easy / hard
     # prediction for ("other"; logged since the audit classifies skips by `skip_kinds`).

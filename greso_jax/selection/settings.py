@@ -1,0 +1,66 @@
+"""A strategy's settings: a frozen dataclass per config section, the one place its defaults and checks live.
+
+`selection.*` is `PassConfig`, the pass sizing every pass-based strategy shares; each strategy's
+own section `selection.<name>.*` is its `Settings` dataclass. Fields are declared with
+`core.specs.field` (type, range, one-line doc), so the base config, `config.validate` and the
+constructors read the same declaration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from greso_jax.core.specs import BOOL, INT, STR, ConfigError, Spec, check_dataclass, field
+
+GROUP_SIZE_SPEC = Spec(INT, 2)  # rl.group_size: a group of one response never has reward variance
+
+
+class StrategySettings:
+    """Base of a strategy's settings dataclass. `checked` runs every check on it: each field's spec,
+    the relations between fields, and the checks that need the run's group size."""
+
+    def checked(self, prefix: str, *, group_size: int | None = None):
+        """Returns self after checking it; errors are ConfigErrors naming `prefix.field`. group_size
+        (rl.group_size): also the checks of what the settings derive from it (None: those are left out)."""
+        check_dataclass(self, prefix)
+        self.check_relations(prefix)
+        if group_size is not None:
+            self.check_group_size(prefix, group_size)
+        return self
+
+    def check_relations(self, prefix: str) -> None:
+        """Checks between fields; raise ConfigError naming `prefix.field`."""
+
+    def check_group_size(self, prefix: str, group_size: int) -> None:
+        """Checks of what the settings derive from rl.group_size (AERO's budget); raise ConfigError."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PassConfig(StrategySettings):
+    """How pass-based strategies size the rollout passes of one step (`selection.*`, shared by all)."""
+
+    rollout_batch_size: int = field(96, Spec(INT, 1), "kept prompts in the first pass of a step; also the "
+                                    "largest pass")
+    min_pass_size: int = field(8, Spec(INT, 1), "smallest follow-up pass")
+    max_passes: int = field(8, Spec(INT, 1), "cap on rollout passes per step (DAPO's max_num_gen_batches)")
+    on_max_passes: str = field("train", Spec(STR, choices=("train", "error")),
+                               "when the cap is hit: train on what was collected, or raise")
+    once_per_step: bool = field(False, Spec(BOOL), "roll out a prompt at most once per step: a pulled prompt "
+                                "already rolled out this step is dropped (selection/repeats_dropped). A selector "
+                                "that skips most of a small pool cycles it within a step and would otherwise "
+                                "re-roll the same prompts on the same policy")
+
+    def check_relations(self, prefix: str) -> None:
+        if self.min_pass_size > self.rollout_batch_size:
+            raise ConfigError(f"{prefix}.min_pass_size: {self.min_pass_size} exceeds "
+                              f"{prefix}.rollout_batch_size {self.rollout_batch_size}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Ablation:
+    """The setting a strategy's own study sweeps (GRESO's Δp): its field and the values swept. The
+    simulator's table and experiments/ablate_delta_p.py read it from the strategy."""
+
+    field: str
+    values: tuple[float, ...]
+    label: str = ""  # the column header ("": the field's name)
