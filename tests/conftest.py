@@ -1,8 +1,6 @@
 """Shared fixtures: tiny random Hugging Face checkpoints built offline with transformers."""
 
-import importlib.util
 import os
-import sys
 
 import pytest
 
@@ -70,10 +68,7 @@ def warm_policy(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def sim():
-    """experiments/bench/selection_sim.py as a module (it is a script, not a package member)."""
-    path = os.path.join(os.path.dirname(__file__), "..", "experiments", "bench", "selection_sim.py")
-    spec = importlib.util.spec_from_file_location("selection_sim", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["selection_sim"] = module  # dataclasses look their module up while the file executes
-    spec.loader.exec_module(module)
-    return module
+    """The selection simulator (experiments/bench/selection_sim.py)."""
+    from experiments.bench import selection_sim
+
+    return selection_sim
