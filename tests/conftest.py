@@ -3,7 +3,6 @@ sets, a warm-started tiny policy, the selection simulator; the --fault-table opt
 
 import os
 import sys
-import time
 
 import pytest
 
@@ -20,18 +19,17 @@ def pytest_addoption(parser):
 
 
 @pytest.fixture(scope="session")
-def fault_rows(request):
-    """The rows of the fault cases run in this session, in their order; with --fault-table FILE, their
+def fault_log(request):
+    """The fault cases run in this session (fault_harness.CaseLog); with --fault-table FILE, their
     report is written there when the session ends."""
-    rows, start = [], time.monotonic()
-    yield rows
-    path = request.config.getoption("--fault-table")
-    if path and rows:
-        from fault_harness import report
+    from fault_harness import CaseLog, report
 
-        command = "python -m pytest " + " ".join(sys.argv[1:])
+    log = CaseLog()
+    yield log
+    path = request.config.getoption("--fault-table")
+    if path and log.rows:
         with open(path, "w") as f:
-            f.write(report(rows, time.monotonic() - start, command))
+            f.write(report(log.rows, log.end - log.start, "python -m pytest " + " ".join(sys.argv[1:])))
 
 
 def make_hf_checkpoint(path, *, vocab=97, hidden=64, inter=96, layers=2, heads=4, kv_heads=2, tied=False,

@@ -244,11 +244,25 @@ def _head(root: str) -> str:
         return "?"
 
 
+@dataclasses.dataclass
+class CaseLog:
+    """The rows of the fault cases run so far, in their order, and when the first started and the last ended."""
+
+    rows: list[Row] = dataclasses.field(default_factory=list)
+    start: float = dataclasses.field(default_factory=time.monotonic)
+    end: float = 0.0
+
+    def add(self, row: Row) -> None:
+        self.rows.append(row)
+        self.end = time.monotonic()
+
+
 def report(rows: list[Row], wall_s: float, command: str) -> str:
     """The markdown report of a run of the fault cases: date, command, commit, wall time, tally, table."""
     return "\n".join([
         f"# Fault cases, {datetime.date.today().isoformat()}", "",
         f"Command: `{command}` (from the repository root; JAX on CPU)", "",
         f"Package under test: {ROOT} at {_head(ROOT)}", "",
-        f"Wall time: {wall_s / 60:.1f} min on {os.cpu_count()} CPUs ({socket.gethostname()}).", "",
+        f"Wall time: {wall_s / 60:.1f} min, the shared fixtures and the cases, on {os.cpu_count()} CPUs "
+        f"({socket.gethostname()}).", "",
         tally(rows), "", table(rows), ""])

@@ -90,9 +90,9 @@ def _case_id(case: Case) -> str:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
-def test_fault_case(fault_rows, case_fixtures, case, tmp_path):
+def test_fault_case(fault_log, case_fixtures, case, tmp_path):
     row = run_case(case, case_fixtures, str(tmp_path))
-    fault_rows.append(row)
+    fault_log.add(row)
     assert row.verdict == "PASS", f"{row.outcome} (expected {case.expect}): {row.detail}\n{row.line}"
 
 
