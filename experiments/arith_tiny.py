@@ -5,7 +5,7 @@ GRPO with selective rollout trains it on a finite pool of easy / medium / hard p
 
 Variants (comma-separated, e.g. `experiments/arith_tiny.py:ds,quick`):
   greso (default) | vanilla | ds | dynamic_sampling | aero | any other registered training strategy
-  quick     a short smoke run (short warm start, 20 steps; about 2 minutes on a 2-core CPU)
+  quick     a short smoke run of the whole path (short warm start, 20 steps)
 """
 
 from greso_jax.config import get_config as base_config

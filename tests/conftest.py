@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny random Hugging Face checkpoints built offline with transformers."""
+"""Shared fixtures: tiny random Hugging Face checkpoints built offline with transformers, the data
+sets, a warm-started tiny policy, the selection simulator; the --fault-table option."""
 
 import os
 
@@ -9,6 +10,25 @@ from greso_jax.data.catalog import default_root, missing_files
 # the data sets: $GRESO_SHARED_DATA, else ../shared/data beside the clone, else the fetch cache
 _SIBLING_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
 SHARED_DATA = os.environ.get("GRESO_SHARED_DATA") or (_SIBLING_DATA if os.path.isdir(_SIBLING_DATA) else default_root())
+
+
+def pytest_addoption(parser):
+    parser.addoption("--fault-table", default="", metavar="FILE",
+                     help="write the markdown table of the fault cases that ran (tests/test_faults.py) to FILE")
+
+
+@pytest.fixture(scope="session")
+def fault_log(request):
+    """The fault cases run in this session (fault_harness.CaseLog); with --fault-table FILE, their
+    report is written there when the session ends."""
+    from fault_harness import CaseLog, report
+
+    log = CaseLog()
+    yield log
+    path = request.config.getoption("--fault-table")
+    if path and log.rows:
+        with open(path, "w") as f:
+            f.write(report(log.rows, log.end - log.start, "python -m pytest " + " ".join(sys.argv[1:])))
 
 
 def make_hf_checkpoint(path, *, vocab=97, hidden=64, inter=96, layers=2, heads=4, kv_heads=2, tied=False,

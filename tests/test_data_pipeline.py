@@ -281,12 +281,8 @@ def test_the_filter_sees_each_occurrences_epoch_and_the_step_epoch_follows_the_s
 
 
 def test_the_skip_benchmark_pulls_what_its_keep_rate_implies():
-    import importlib.util
+    from experiments.bench import pipeline_skip as bench
 
-    path = os.path.join(os.path.dirname(__file__), "..", "experiments", "bench", "pipeline_skip.py")
-    spec = importlib.util.spec_from_file_location("pipeline_skip", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     rows, _ = make_arith_pools(400, 0, seed=0)
     seconds, pulled, kept = bench.time_pulls(rows, keep_rate=0.1, batch=16, steps=5)
     assert kept == 80 and 400 < pulled < 1600 and seconds > 0  # about 800 pulled at a 10% keep rate

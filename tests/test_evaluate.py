@@ -246,11 +246,8 @@ def test_workdir_checkpoint_restores_the_trained_parameters(tmp_path):
     from greso_jax.rewards.pool import GradingPool
     from greso_jax.run.build import learner_from_config
 
-    sys.path.insert(0, os.path.join(ROOT, "experiments"))
-    try:
-        import arith_tiny
-    finally:
-        sys.path.pop(0)
+    from experiments import arith_tiny
+
     config = arith_tiny.get_config("greso,quick")
     config.data.arith_num_train, config.data.arith_num_heldout = 200, 50
     trained = init_model(PRESETS["tiny"], seed=7)  # not what config.seed would initialise

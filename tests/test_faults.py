@@ -1,6 +1,11 @@
-"""Hostile-but-realistic use of a run directory, with real processes, orbax checkpoints and files:
-two writers, incompatible resumes, damaged checkpoints, a full disk, damaged model folders and the
-user errors both CLIs must report in one line with exit status 2."""
+"""Hostile-but-realistic use of the CLIs and a run directory, with real processes, orbax checkpoints
+and files. The fault cases of tests/fault_cases.py (bad configs, bad data, run-directory misuse,
+damaged checkpoints and model folders, a full disk, hostile grader inputs) each run a CLI subprocess
+and are slow; the tests below them check the same faults in-process or on one CLI call, fast:
+two writers, incompatible resumes, damaged checkpoints, damaged safetensors headers, a full disk and
+the user errors both CLIs must report in one line with exit status 2.
+
+`python -m pytest -m slow tests/test_faults.py --fault-table=FILE` also writes the cases' markdown table."""
 
 import json
 import os
@@ -9,23 +14,17 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
-import numpy as np
 import pytest
 
+import trainer_config
+from fault_cases import CASES
+from fault_files import damage_file, flip_bytes, largest_file, rewrite_safetensors_header
+from fault_harness import CONFIG, ENV, ROOT, Case, run_case, run_python
 from greso_jax.run.checkpoint import CheckpointError, checkpoint_dir, choose_restore_step
 from greso_jax.run.records import read_metrics
 from greso_jax.run.run_dir import RunDirError, WorkdirLock, open_run_dir
 from greso_jax.run.trainer import Trainer
-
-HERE = os.path.dirname(__file__)
-ROOT = os.path.dirname(HERE)
-CONFIG = os.path.join(HERE, "trainer_config.py")
-sys.path.insert(0, HERE)
-import trainer_config  # noqa: E402
-
-ENV = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
 
 
 def _cli(module, *args, timeout=300, **kwargs):
@@ -33,29 +32,14 @@ def _cli(module, *args, timeout=300, **kwargs):
                           env=ENV, cwd=ROOT, **kwargs)
 
 
-# Sets RLIMIT_FSIZE, then execs the CLI: writing past the limit fails with EFBIG, like a full disk. A
-# launcher instead of preexec_fn, so that no Python runs in a forked child of this multithreaded process.
-_FILE_LIMIT_LAUNCHER = ("import os, resource, sys; limit = int(sys.argv[1]); "
-                        "resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)); "
-                        "os.execv(sys.executable, [sys.executable, '-m', *sys.argv[2:]])")
-
-
-def _cli_with_file_limit(limit, module, *args, timeout=300):
-    return subprocess.run([sys.executable, "-c", _FILE_LIMIT_LAUNCHER, str(limit), module, *args],
-                          capture_output=True, text=True, timeout=timeout, env=ENV, cwd=ROOT)
-
-
 def _train(workdir, *overrides, **kwargs):
     return _cli("greso_jax.train", f"--config={CONFIG}", f"--workdir={workdir}", *overrides, **kwargs)
 
 
-def _one_line_error(result, *needles, background_noise=False):
-    """Exit status 2, and stderr's last line is the whole error: no traceback. `background_noise`: orbax's
-    tensorstore writer threads print their own "Event loop is closed" traces after a failed write;
-    then only frames of our code are ruled out."""
+def _one_line_error(result, *needles):
+    """Exit status 2, and stderr's last line is the whole error: no traceback."""
     assert result.returncode == 2, result.stderr[-3000:]
-    forbidden = f'File "{ROOT}' if background_noise else "Traceback"
-    assert forbidden not in result.stderr, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
     line = result.stderr.strip().splitlines()[-1]
     assert line.startswith("error: "), line
     for needle in needles:
@@ -63,13 +47,14 @@ def _one_line_error(result, *needles, background_noise=False):
     return line
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def trained_run(tmp_path_factory):
-    """A finished two-step run (checkpoints 1 and 2 with manifests); tests work on copies."""
+    """A finished two-step run (checkpoints 1 and 2 with manifests); tests and cases work on copies."""
     workdir = tmp_path_factory.mktemp("trained") / "run"
     config = trainer_config.get_config()
     config.train.num_steps = 2
     Trainer(config, str(workdir), log=lambda *a: None).run()
+    (workdir / "run.lock").unlink(missing_ok=True)
     return workdir
 
 
@@ -80,9 +65,35 @@ def run_copy(trained_run, tmp_path):
     return target
 
 
-def _largest_file(step_dir):
-    files = [os.path.join(root, n) for root, _, names in os.walk(step_dir) for n in names if n != "manifest.json"]
-    return max(files, key=os.path.getsize)
+# -------------------------------------------------------------------------- the fault cases
+
+
+@pytest.fixture(scope="session")
+def case_fixtures(trained_run, tmp_path_factory):
+    """What every case starts from (fault_harness.Ctx): the two-step run, that run exported as a
+    Hugging Face folder by the export CLI, and a good jsonl training file of 12 arithmetic rows."""
+    from greso_jax.data.arith import make_arith_pools
+
+    base = tmp_path_factory.mktemp("fault_fixtures")
+    hf = base / "hf"
+    exported = _cli("greso_jax.export", f"--workdir={trained_run}", f"--out={hf}")
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    rows, _ = make_arith_pools(12, 0, 1)
+    good = base / "good.jsonl"
+    good.write_text("".join(json.dumps({"question": r.question, "answer": r.ground_truth}) + "\n" for r in rows))
+    return dict(base_run=str(trained_run), hf=str(hf), good_jsonl=str(good))
+
+
+def _case_id(case: Case) -> str:
+    return f"{case.number:02d}-" + re.sub(r"\W+", "_", f"{case.category} {case.name}").strip("_")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_fault_case(fault_log, case_fixtures, case, tmp_path):
+    row = run_case(case, case_fixtures, str(tmp_path))
+    fault_log.add(row)
+    assert row.verdict == "PASS", f"{row.outcome} (expected {case.expect}): {row.detail}\n{row.line}"
 
 
 # -------------------------------------------------------------------------- case 1: one writer
@@ -108,21 +119,6 @@ def test_second_writer_refuses_naming_the_holder_and_a_stale_lock_is_taken_over(
     warnings = []
     WorkdirLock(str(workdir), log=warnings.append).release()
     assert len(warnings) == 1 and f"pid {holder.pid}" in warnings[0] and "did not finish" in warnings[0]
-
-
-@pytest.mark.slow
-def test_two_runs_on_one_workdir_one_refuses(tmp_path):
-    first = subprocess.Popen([sys.executable, "-m", "greso_jax.train", f"--config={CONFIG}", f"--workdir={tmp_path}",
-                              "--config.train.num_steps=3"], env=ENV, cwd=ROOT,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while time.time() < deadline and not (tmp_path / "run.lock").exists() or not (tmp_path / "run.lock").read_text():
-        time.sleep(0.1)
-    second = _train(tmp_path, "--config.train.num_steps=3", "--config.train.learning_rate=1e-3")
-    _one_line_error(second, "in use by another run", f"pid {first.pid}")
-    assert first.wait(timeout=600) == 0
-    assert [r["step"] for r in read_metrics(str(tmp_path))] == [0, 1, 2, 3]
-    assert json.loads((tmp_path / "config.json").read_text())["train"]["learning_rate"] == 3e-4
 
 
 # -------------------------------------------------------------------------- case 2: compatible resumes
@@ -178,22 +174,10 @@ def test_num_steps_below_the_checkpoint_says_so_and_changes_nothing(run_copy):
 # -------------------------------------------------------------------------- case 3: damaged checkpoints
 
 
-def _flip_bytes(path, count=4):
-    data = bytearray(open(path, "rb").read())
-    for i in np.linspace(len(data) // 3, len(data) - 1, count).astype(int):
-        data[i] ^= 0xFF
-    open(path, "wb").write(bytes(data))
-
-
 @pytest.mark.parametrize("damage", ["flip", "truncate", "delete"])
 def test_a_damaged_latest_step_is_reported_and_the_run_falls_back(run_copy, damage):
-    target = _largest_file(checkpoint_dir(str(run_copy)) + "/2")
-    if damage == "flip":
-        _flip_bytes(target)
-    elif damage == "truncate":
-        os.truncate(target, os.path.getsize(target) // 2)
-    else:
-        os.remove(target)
+    target = largest_file(checkpoint_dir(str(run_copy)) + "/2")
+    damage_file(target, damage)
     log = []
     run = open_run_dir(str(run_copy), trainer_config.get_config(), log=log.append)
     run.close()
@@ -205,19 +189,9 @@ def test_a_damaged_latest_step_is_reported_and_the_run_falls_back(run_copy, dama
     assert len(os.listdir(run_copy / "damaged_checkpoints")) == 1  # moved aside, not deleted
 
 
-@pytest.mark.slow
-def test_resume_after_flipped_bytes_continues_from_the_intact_step(run_copy):
-    _flip_bytes(_largest_file(checkpoint_dir(str(run_copy)) + "/2"))
-    result = _train(run_copy, "--config.train.num_steps=3")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "checkpoint step 2 is damaged" in result.stdout and "resumed from step 1" in result.stdout
-    assert [r["step"] for r in read_metrics(str(run_copy))] == [0, 1, 2, 3]
-    assert choose_restore_step(checkpoint_dir(str(run_copy)), log=lambda *a: None) == 3
-
-
 def test_no_intact_step_is_a_one_line_error_naming_step_and_file(run_copy):
     for step in (1, 2):
-        _flip_bytes(_largest_file(checkpoint_dir(str(run_copy)) + f"/{step}"))
+        flip_bytes(largest_file(checkpoint_dir(str(run_copy)) + f"/{step}"))
     with pytest.raises(CheckpointError, match=r"no intact checkpoint: step 2: 2/train_state/.*; step 1: 1/"):
         choose_restore_step(checkpoint_dir(str(run_copy)), log=lambda *a: None)
     result = _train(run_copy, "--config.train.num_steps=3")
@@ -225,48 +199,6 @@ def test_no_intact_step_is_a_one_line_error_naming_step_and_file(run_copy):
     assert sorted(os.listdir(checkpoint_dir(str(run_copy)))) == ["1", "2"]  # nothing moved: nothing to fall back to
     evaluated = _cli("greso_jax.evaluate", f"--checkpoint={checkpoint_dir(str(run_copy))}/2")
     _one_line_error(evaluated, "step 2 is damaged", "train_state")
-
-
-# -------------------------------------------------------------------------- full disk
-
-
-@pytest.mark.slow
-def test_a_full_disk_names_the_path_and_leaves_the_previous_step_intact(run_copy):
-    limit = os.path.getsize(_largest_file(checkpoint_dir(str(run_copy)) + "/2")) // 2
-    result = _cli_with_file_limit(limit, "greso_jax.train", f"--config={CONFIG}", f"--workdir={run_copy}",
-                                  "--config.train.num_steps=5")
-    line = _one_line_error(result, checkpoint_dir(str(run_copy)), "File too large")
-    # Which save first crosses the limit depends on how the checkpoint's files fill up (step 3 or later):
-    # the error names that step and the one before it, which must be the newest restorable step.
-    failed = int(re.search(r"checkpoint step (\d+)", line).group(1))
-    assert failed >= 3 and f"step {failed - 1} is intact" in line, line
-    assert choose_restore_step(checkpoint_dir(str(run_copy)), log=lambda *a: None) == failed - 1
-    again = _train(run_copy, f"--config.train.num_steps={failed}")
-    assert again.returncode == 0 and f"resumed from step {failed - 1}" in again.stdout, again.stderr[-3000:]
-
-
-# -------------------------------------------------------------------------- case 4 + 6: real-data runs
-
-
-@pytest.mark.slow
-def test_a_jsonl_run_with_default_evaluation_finishes_and_counts_dropped_and_bad_prompts(tmp_path):
-    from greso_jax.data.arith import make_arith_pools
-
-    train, _ = make_arith_pools(12, 0, 1)
-    path = tmp_path / "good.jsonl"
-    lines = [json.dumps({"question": r.question, "answer": r.ground_truth}) for r in train]
-    lines.insert(3, json.dumps({"question": "1+1=" * 250_000, "answer": "2"}))  # a 1 MB prompt
-    lines.insert(5, '{"question": "no answer"')  # a malformed row, skipped and counted
-    path.write_text("\n".join(lines) + "\n")
-    result = _train(tmp_path / "run", "--config.train.num_steps=2", "--config.data.source=jsonl",
-                    f"--config.data.path={path}", "--config.data.skip_bad_rows=True")
-    assert result.returncode == 0, result.stderr[-3000:]
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["accuracy_before"] is None and summary["accuracy_after"] is None
-    assert result.stdout.count("dropping prompts longer than data.max_prompt_length") == 1
-    last = read_metrics(str(tmp_path / "run"))[-1]
-    assert last["data/dropped_too_long"] >= 1 and last["data/bad_rows"] == 1
-    assert (tmp_path / "run" / "plots").is_dir()
 
 
 # -------------------------------------------------------------------------- case 5: model folders
@@ -279,22 +211,12 @@ def _tiny_hf_folder(path):
     return path / "model.safetensors"
 
 
-def _rewrite_header(file, edit):
-    from greso_jax.models.safetensors_io import read_header
-
-    start, header = read_header(str(file))
-    data = open(file, "rb").read()[start:]
-    edit(header)
-    blob = json.dumps(header).encode()
-    open(file, "wb").write(len(blob).to_bytes(8, "little") + blob + data)
-
-
 def test_safetensors_offsets_are_validated(tmp_path):
     from greso_jax.models import from_pretrained
     from greso_jax.models.safetensors_io import SafetensorsError
 
     file = _tiny_hf_folder(tmp_path / "overlap")
-    _rewrite_header(file, lambda h: h["model.layers.0.self_attn.q_proj.weight"].update(
+    rewrite_safetensors_header(file, lambda h: h["model.layers.0.self_attn.q_proj.weight"].update(
         data_offsets=h["model.layers.1.self_attn.q_proj.weight"]["data_offsets"]))
     with pytest.raises(SafetensorsError, match=r"model\.safetensors: tensors .* overlap"):
         from_pretrained(str(tmp_path / "overlap"))
@@ -303,7 +225,7 @@ def test_safetensors_offsets_are_validated(tmp_path):
     with pytest.raises(SafetensorsError, match=r"model\.safetensors: tensor \S+: data_offsets .* outside"):
         from_pretrained(str(tmp_path / "truncated"))
     file = _tiny_hf_folder(tmp_path / "size")
-    _rewrite_header(file, lambda h: h["model.norm.weight"].update(shape=[3]))
+    rewrite_safetensors_header(file, lambda h: h["model.norm.weight"].update(shape=[3]))
     with pytest.raises(SafetensorsError, match=r"tensor model\.norm\.weight: data_offsets span \d+ bytes"):
         from_pretrained(str(tmp_path / "size"))
     file = _tiny_hf_folder(tmp_path / "json")
@@ -331,7 +253,7 @@ def _non_utf8_jsonl(tmp_path):
 
 def _overlapping_model(tmp_path):
     file = _tiny_hf_folder(tmp_path / "model")
-    _rewrite_header(file, lambda h: h["model.layers.0.mlp.up_proj.weight"].update(
+    rewrite_safetensors_header(file, lambda h: h["model.layers.0.mlp.up_proj.weight"].update(
         data_offsets=h["model.layers.1.mlp.up_proj.weight"]["data_offsets"]))
     return tmp_path / "model"
 
@@ -395,7 +317,7 @@ def test_evaluate_cli_user_errors_are_one_line(tmp_path):
 def test_export_skips_a_damaged_latest_step_and_refuses_a_damaged_chosen_one(run_copy, tmp_path, capsys):
     from greso_jax import export as export_mod
 
-    _flip_bytes(_largest_file(checkpoint_dir(str(run_copy)) + "/2"))
+    flip_bytes(largest_file(checkpoint_dir(str(run_copy)) + "/2"))
     before = sorted(os.listdir(checkpoint_dir(str(run_copy))))
     assert export_mod.main(["--workdir", str(run_copy), "--out", str(tmp_path / "hf")]) == 0
     out = capsys.readouterr().out
@@ -410,7 +332,7 @@ def test_export_skips_a_damaged_latest_step_and_refuses_a_damaged_chosen_one(run
 def test_export_on_a_full_disk_is_one_line_and_leaves_no_partial_folder(run_copy, tmp_path):
     out = tmp_path / "hf"
     # 20 kB: far below the tiny model's weights.
-    result = _cli_with_file_limit(20_000, "greso_jax.export", f"--workdir={run_copy}", f"--out={out}")
+    result = run_python(ROOT, ["-m", "greso_jax.export", f"--workdir={run_copy}", f"--out={out}"], fsize=20_000)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     line = result.stderr.strip().splitlines()[-1]
     assert line.startswith(f"export: writing {out} failed") and "File too large" in line, line

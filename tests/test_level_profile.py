@@ -1,23 +1,20 @@
 """The level profile's estimates (experiments/bench/level_profile.py): unbiased zero-variance and repeat chances."""
 
 import collections
-import importlib.util
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-
-@pytest.fixture(scope="module")
-def profile():
-    path = os.path.join(os.path.dirname(__file__), "..", "experiments", "bench", "level_profile.py")
-    spec = importlib.util.spec_from_file_location("level_profile", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+import trainer_config
+from experiments.bench import level_profile as profile
+from greso_jax.run.build import rows_from_config
+from greso_jax.run.trainer import Trainer
 
 
-def test_estimates_match_the_true_chances_of_known_success_rates(profile):
+def test_estimates_match_the_true_chances_of_known_success_rates():
     rng = np.random.default_rng(0)
     p = np.repeat([0.97, 0.5, 0.03, 0.0], 2000)  # per prompt
     correct = rng.random((p.size, 32)) < p[:, None]
@@ -31,7 +28,7 @@ def test_estimates_match_the_true_chances_of_known_success_rates(profile):
     assert o["repeat_wrong"] == pytest.approx(((1 - p) ** 16).mean() / wrong.mean(), abs=0.02)
 
 
-def test_certain_outcomes_and_too_few_samples(profile):
+def test_certain_outcomes_and_too_few_samples():
     o = profile.level_outcomes(np.ones((5, 16), bool), group_size=8)
     assert (o["all_correct"], o["all_wrong"], o["repeat_correct"]) == (1.0, 0.0, 1.0)
     assert np.isnan(o["repeat_wrong"])
@@ -47,13 +44,6 @@ def profiled_prompts(stdout: str) -> dict[int, int]:
 
 @pytest.mark.slow  # a two-step RL run, then the script in a subprocess on its checkpoint
 def test_run_dir_profiles_a_checkpointed_step_and_names_a_missing_one(tmp_path, warm_policy):
-    import subprocess
-    import sys
-
-    sys.path.insert(0, os.path.dirname(__file__))
-    import trainer_config
-    from greso_jax.run.trainer import Trainer
-
     config = trainer_config.get_config(f"vanilla,{warm_policy}")
     config.train.num_steps = 2
     Trainer(config, str(tmp_path / "run"), log=lambda *a: None).run()
@@ -67,8 +57,6 @@ def test_run_dir_profiles_a_checkpointed_step_and_names_a_missing_one(tmp_path, 
     assert levels and set(levels) <= set(range(8))
     heldout = subprocess.run(args + ["--step=2", "--heldout"], capture_output=True, text=True, timeout=300)
     assert heldout.returncode == 0, heldout.stderr[-2000:]
-    from greso_jax.run.build import rows_from_config
-
     pool = rows_from_config(config)[1]["synthetic"]
     expected = {level: min(4, n) for level, n in collections.Counter(row.difficulty for row in pool).items()}
     assert profiled_prompts(heldout.stdout) == expected  # the held-out pool's rows, not the training prompts'

@@ -18,8 +18,6 @@ from wandb.proto import wandb_internal_pb2  # noqa: E402
 from greso_jax.config import get_config  # noqa: E402
 from greso_jax.run.records import MetricsWriter, WandbSink  # noqa: E402
 from greso_jax.run.trainer import Trainer  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(__file__))
 import trainer_config  # noqa: E402
 
 _BLOCK = 32768  # the transaction log is a LevelDB-style log: 32 KiB blocks of 7-byte-headed chunks

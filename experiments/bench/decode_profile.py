@@ -23,15 +23,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if REPO not in sys.path:  # run as a script from anywhere
-    sys.path.insert(0, REPO)
-
-from experiments.bench.sampler import add_call_shape_arguments, call_prompts  # noqa: E402
+from experiments.bench.sampler import add_call_shape_arguments, call_prompts
 
 SCOPES = ("prefill", "qkv_projection", "kv_cache_write", "attention", "out_projection", "mlp", "logits",
           "token_draw")

@@ -65,8 +65,8 @@ else
   # One response-cache chunk count (the default 4): timing 1 as well would not fit the part limits.
   # Compaction to 128 rows (segments of 512, 256, 128): every segment compiles one loop per chunk,
   # 4 x 3 loop bodies of 24-28 layers; down to 8 rows it would be 4 x 7. The part limits below were
-  # set before compaction's segments were chunked (12 -> 26 s first call on the CPU bench shape):
-  # not yet measured on a GPU, so a timed-out sampler part is the first thing to check.
+  # set before compaction's segments were chunked, which lengthened the first call: not yet
+  # measured on a GPU, so a timed-out sampler part is the first thing to check.
   SAMPLER_SHAPE=(--prompts 64 --group 8 --prompt_len 128 --new_tokens 512 --dtype bfloat16
                  --peak_size 8192 --bandwidth_mib 2048 --live_prompts 64 --min_compact_rows 128
                  --compact_shrink 0.5 --response_chunks 4)

@@ -18,20 +18,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 
 import jax
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from rollout_cost import load_config  # noqa: E402  (the sibling benchmark's config loader)
+from experiments.bench.rollout_cost import load_config
+from greso_jax.data.catalog import data_root
+from greso_jax.data.sources import load_verl_parquet
+from greso_jax.models import PRESETS
+from greso_jax.models.tokenizer import train_bpe_tokenizer
+from greso_jax.run.trainer import Trainer
 
-from greso_jax.data.catalog import data_root  # noqa: E402
-from greso_jax.data.sources import load_verl_parquet  # noqa: E402
-from greso_jax.models import PRESETS  # noqa: E402
-from greso_jax.models.tokenizer import train_bpe_tokenizer  # noqa: E402
-from greso_jax.run.trainer import Trainer  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 DAPO = "dapo_math17k_cleaned/train.parquet"
 SPLIT = ("time/rollout", "time/reward", "time/update")

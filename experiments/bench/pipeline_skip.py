@@ -5,7 +5,7 @@ Builds the trainer's `PromptPipeline` over an arithmetic training pool (characte
 template) with a GRESO selector as its keep filter, the selector's keep probabilities forced to a fixed rate,
 and pulls --steps batches of --batch kept prompts. Prints, per skip rate, microseconds per pulled prompt
 (kept + skipped) and per kept prompt, the median of --repeats runs. The pipeline's cost per skipped prompt is
-what a run pays for every prompt the selector skips (about 750,000 in a 150-step GRESO run on the headline
+what a run pays for every prompt the selector skips (hundreds of thousands in a GRESO run on the headline
 task).
 
     python experiments/bench/pipeline_skip.py

@@ -23,35 +23,30 @@ call's time can follow its responses instead of its row bucket.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
-import sys
 import time
 
 import jax
 import numpy as np
+from ml_collections.config_flags.config_flags import ConfigFileFlagParser
 
-from greso_jax.run import build
+from experiments.bench.sampler import long_tail_budgets
 from greso_jax.data import arith
 from greso_jax.data.prompts import format_prompt
-from greso_jax.run.build import sampling_kwargs
 from greso_jax.models import init_model
 from greso_jax.parallel import multihost
 from greso_jax.rewards.pool import GradingPool, score_across_hosts
+from greso_jax.run import build
+from greso_jax.run.build import sampling_kwargs
 from greso_jax.sampling import compile_count, generate_in_chunks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from sampler import long_tail_budgets  # noqa: E402  (the sibling benchmark's budget shape)
 
 
 def load_config(spec: str):
-    """`path[:variant]` of an experiment file -> its config."""
-    path, _, variant = spec.partition(":")
-    module_spec = importlib.util.spec_from_file_location("experiment", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module.get_config(variant) if variant else module.get_config()
+    """`path[:variant]` of an experiment file -> its config, read as the train CLI's --config reads it
+    (unlocked: the benchmarks reshape it)."""
+    return ConfigFileFlagParser("config", lock_config=False).parse(spec)
 
 
 def rollout_call(model, tokenizer, pool, rows, prompts, budgets, cap, group, kwargs, seed):

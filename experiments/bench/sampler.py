@@ -34,11 +34,8 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _best_time(fn, repeats: int) -> float:
@@ -332,7 +329,6 @@ def main():
     if args.tunix_worker:
         return tunix_worker(args)
 
-    sys.path.insert(0, REPO)
     import jax
     import numpy as np
 
