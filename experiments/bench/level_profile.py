@@ -27,8 +27,8 @@ import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
-from greso_jax.run.scoring import sample_and_grade
-from greso_jax.run.checkpoint import checkpoint_dir, latest_step
+from greso_jax.run.run_dir import saved_step
+from greso_jax.run.scoring import EvalSettings, sample_and_grade
 from greso_jax.config import validate
 from greso_jax.data import arith
 from greso_jax.run.build import rows_from_config
@@ -78,10 +78,10 @@ def main(argv):
     mesh = mesh_from_config(c.mesh)
     if _RUN_DIR.value:
         run_dir = os.path.abspath(_RUN_DIR.value)
-        step = latest_step(checkpoint_dir(run_dir)) if _STEP.value is None else _STEP.value
-        if step is None:
+        saved = saved_step(run_dir, _STEP.value, log=print)  # the newest intact step, or the one asked for
+        if saved is None:
             raise app.UsageError(f"--run_dir: {run_dir} has no finished checkpoint")
-        model = load_policy(c, mesh, workdir=run_dir, step=step)
+        model = load_policy(c, mesh, workdir=run_dir, step=saved.step)
     else:
         model = build_policy(c, tokenizer, train_rows, os.path.abspath(_WORKDIR.value), mesh, log=print)
     by_level = collections.defaultdict(list)
@@ -95,11 +95,12 @@ def main(argv):
     try:
         for level in sorted(by_level):
             rows = by_level[level]
-            correct = sample_and_grade(model, tokenizer, rows, template=c.data.prompt_template,
-                                       num_samples=_SAMPLES.value, temperature=c.sampling.temperature,
-                                       top_p=c.sampling.top_p, max_new_tokens=c.sampling.max_new_tokens,
-                                       seed=c.seed + 17, pool=pool, max_prompt_length=c.data.max_prompt_length,
-                                       prompt_buckets=tuple(c.sampling.prompt_length_buckets))
+            settings = EvalSettings(template=c.data.prompt_template, num_samples=_SAMPLES.value,
+                                    temperature=c.sampling.temperature, top_p=c.sampling.top_p,
+                                    max_new_tokens=c.sampling.max_new_tokens,
+                                    max_prompt_length=c.data.max_prompt_length, seed=c.seed + 17,
+                                    prompt_buckets=tuple(c.sampling.prompt_length_buckets))
+            correct = sample_and_grade(model, tokenizer, rows, settings, pool=pool)
             o = level_outcomes(correct, G)
             print(f"{level:>5} {arith.LEVELS[level].pattern:>9} {len(rows):>7} {o['accuracy']:>8.3f} "
                   f"{o['all_correct']:>11.3f} {o['all_wrong']:>9.3f} {o['mixed']:>6.3f} "
