@@ -20,8 +20,11 @@ def run_curves(records: Sequence[dict]) -> dict[str, list[float]]:
     steps = sorted((r for r in records if r.get("step", 0) > 0), key=lambda r: r["step"])
     cumulative = {"responses": [0.0], "tokens": [0.0], "rollout_s": [0.0], "update_s": [0.0], "step_s": [0.0],
                   "audit_responses": [0.0], "audit_s": [0.0]}
-    cumulative["compile_s"] = [0.0]
+    cumulative.update(compile_s=[0.0], cpu_s=[0.0], cpu_rollout_s=[0.0])
+    # CPU seconds of the training process (all threads, compilation included): on a shared machine
+    # other jobs stretch wall time but not the work done. Runs before cpu/* existed give zeros.
     keys = {"rollout_s": ("time/rollout",), "update_s": ("time/update",), "step_s": ("time/step",),
+            "cpu_s": ("cpu/step",), "cpu_rollout_s": ("cpu/rollout",),
             "audit_responses": ("audit/responses",), "audit_s": ("time/audit",),
             "compile_s": ("time/rollout_compile", "time/reward_compile", "time/update_compile")}
     # Times exclude compilation (a fixed cost per program shape, reported apart as compile_s).
@@ -63,6 +66,8 @@ def run_stats(records: Sequence[dict]) -> dict[str, float]:
         "rollout_s": curves["rollout_s"][-1], "update_s": curves["update_s"][-1], "total_s": curves["step_s"][-1],
         "eval_s": curves["eval_s"], "audit_s": curves["audit_s"][-1], "audit_responses": curves["audit_responses"][-1],
         "compile_s": curves["compile_s"][-1],
+        "cpu_s": curves["cpu_s"][-1] if any("cpu/step" in r for r in records) else float("nan"),
+        "cpu_rollout_s": curves["cpu_rollout_s"][-1] if any("cpu/rollout" in r for r in records) else float("nan"),
         "effective_prompts": _mean(records, "selection/effective_prompts"),
         "surplus_groups": _sum(records, "selection/surplus_groups"),
         # Runs before these metrics existed give NaN ("—"), not 0.

@@ -88,7 +88,7 @@ class Trainer:
         self._step, self._rollout_calls, self._grading_failures = step, 0, 0
         self.timers.reset()
         self.skip_audit.begin_step()
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         epoch = self.pipeline.epoch
         result = run_selection_step(self.selector, step, pull_prompts=self._pull_prompts, rollout=self._rollout,
                                     train_batch_size=c.train.train_batch_size, epoch=epoch)
@@ -108,6 +108,7 @@ class Trainer:
                      "(counted in data/dropped_too_long)")
         metrics.update(self.timers.seconds)
         metrics["time/step"] = time.perf_counter() - start
+        metrics["cpu/step"] = time.process_time() - cpu_start
         metrics.update(self.counters)
         return metrics
 
