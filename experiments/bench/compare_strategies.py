@@ -14,7 +14,10 @@ its cost reported apart). Runs go one after the
 other; a finished run is not launched again, and the runs of one seed share the seed's supervised
 warm start (train.warmstart_cache_dir = ROOT/warmstart). `--collect_only` reads finished runs.
 
-The target accuracy is the registered baseline's (ds_fixed, the papers' DS) final mean held-out
+The report leads with the paired claim (claim_report.py): per strategy and seed against the
+baseline on the same seed and warm start, final accuracy, accuracy at equal wall-clock, CPU
+seconds and responses, and the cost to reach the baseline's final accuracy, with 95% intervals.
+The target accuracy of the tables after it is the registered baseline's (ds_fixed, the papers' DS) final mean held-out
 accuracy minus one point; beside the costs to reach it, each strategy's final accuracy is set
 against the baseline's at the same responses and at the same training time (the report's "at
 equal budgets" table); speedups are also given against the baseline's strategy at its defaults.
@@ -37,6 +40,7 @@ from typing import Sequence
 
 import numpy as np
 
+from experiments.bench.claim_report import claims, claims_table
 from experiments.bench.strategy_report import (ADAPTIVE, BASELINE, limits_section, markdown_tables, simulator_table,
                                                write_report)
 from experiments.sweep import absolute_config, is_finished, run_logged, shared_warmstart, train_command
@@ -172,6 +176,7 @@ def compare(runs: dict[str, dict[int, list[dict]]]) -> dict:
                     row[f"speedup_{key}_vs_{base}{suffix}"] = _ratio(table.get(base, {}).get(f"{kind}_{key}"),
                                                                      row[f"{kind}_{key}"])
     return {"target_accuracy": target, "baseline_final_accuracy": baseline_final, "strategies": table,
+            "claims": claims(runs, BASELINE),
             "per_run": {v: {str(s): st for s, st in seeds.items()} for v, seeds in per_run.items()}}
 
 
@@ -246,6 +251,7 @@ def main(argv=None) -> int:
     command = shlex.join(["python", "experiments/bench/compare_strategies.py", *(argv if argv is not None
                                                                                  else sys.argv[1:])])
     path = write_report(result, runs, args.report_dir or args.root, command, args.notes)
+    print(claims_table(result["claims"], BASELINE))
     print(markdown_tables(result))
     print(simulator_table(result["simulator"]))
     print(limits_section(result))

@@ -13,6 +13,7 @@ import platform
 
 import numpy as np
 
+from experiments.bench.claim_report import claims_table
 from greso_jax.run.run_stats import number, run_curves
 from greso_jax.selection import STRATEGIES, baseline, bound
 from greso_jax.selection import variant as registered_variant
@@ -247,7 +248,9 @@ def write_report(result: dict, runs, directory: str, command: str, notes: str = 
         f"# Strategies compared at equal accuracy ({datetime.date.today().isoformat()})", "",
         f"Command: `{command}`", "",
         f"Machine: {platform.platform()}, {os.cpu_count()} CPU cores, Python {platform.python_version()}; "
-        f"seeds {seeds}.", "", notes, "", markdown_tables(result), "",
+        f"seeds {seeds}.", "", notes, "",
+        *([claims_table(result["claims"], BASELINE), ""] if result.get("claims") else []),
+        markdown_tables(result), "",
         *([simulator_table(result["simulator"]), ""] if "simulator" in result else []),
         limits_section(result), "",
         *[f"![{name}]({name})" for name in images], ""])

@@ -1,0 +1,161 @@
+"""The claim a user pays for, paired per seed against the baseline (ds_fixed), with 95% intervals.
+
+For each strategy and each seed it shares with the baseline (same seed, same warm start):
+  - the final held-out accuracy minus the baseline's;
+  - the accuracy difference at equal responses and at equal training time (wall and, where the runs
+    logged it, CPU): both runs' curves read at the smaller of their two totals, linear between
+    evaluations, so neither side is extrapolated;
+  - the responses and the time to reach the baseline's final accuracy on that seed (the first
+    crossing, linear between evaluations; the baseline reaches it by definition) and their ratio
+    baseline / strategy, with how many seeds reach it;
+  - the share of the baseline's gain per step: (final - start) / (baseline final - start); both runs
+    train the same number of steps from the same start, so this is learning per step.
+Means over seeds come with a Student-t 95% interval of the mean of the paired differences; ratios
+with the geometric mean and its interval. Time excludes compilation (reported apart by the runs).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from greso_jax.run.run_stats import run_curves, run_stats
+
+# Two-sided 95% Student-t quantiles t_{0.975, df} for df = 1..30; beyond, the normal's 1.96 is within 2%.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+         2.045, 2.042)
+BUDGETS = (("responses", "responses"), ("wall", "step_s"), ("cpu", "cpu_s"))  # (name, run_curves key)
+
+
+def t_quantile_975(df: int) -> float:
+    return _T975[df - 1] if df <= len(_T975) else 1.96
+
+
+def mean_interval(values: Sequence[float]) -> dict:
+    """Mean of the finite `values`, its 95% t interval (NaN bounds with fewer than two) and n."""
+    x = np.asarray([v for v in values if v is not None and math.isfinite(v)], np.float64)
+    if x.size == 0:
+        return {"mean": float("nan"), "low": float("nan"), "high": float("nan"), "n": 0}
+    mean = float(x.mean())
+    if x.size < 2:
+        return {"mean": mean, "low": float("nan"), "high": float("nan"), "n": 1}
+    half = t_quantile_975(x.size - 1) * float(x.std(ddof=1)) / math.sqrt(x.size)
+    return {"mean": mean, "low": mean - half, "high": mean + half, "n": int(x.size)}
+
+
+def ratio_interval(ratios: Sequence[float]) -> dict:
+    """Geometric mean of positive `ratios` with the 95% t interval of their mean log."""
+    logs = mean_interval([math.log(r) for r in ratios if r is not None and math.isfinite(r) and r > 0])
+    return {k: (math.exp(v) if k != "n" and math.isfinite(v) else v) for k, v in logs.items()}
+
+
+def _evaluated(curves: dict, key: str) -> tuple[np.ndarray, np.ndarray]:
+    """(budget spent at each evaluation, accuracy there), both [E]."""
+    spent = [curves[key][curves["steps"].index(step)] if step in curves["steps"] else 0.0
+             for step in curves["eval_steps"]]
+    return np.asarray(spent, np.float64), np.asarray(curves["eval_accuracy"], np.float64)
+
+
+def accuracy_at(curves: dict, key: str, budget: float) -> float:
+    """Held-out accuracy after `budget` of `key` (a run_curves cumulative curve), linear between evaluations."""
+    spent, accuracy = _evaluated(curves, key)
+    return float(np.interp(budget, spent, accuracy)) if spent.size else float("nan")
+
+
+def cost_to_reach(curves: dict, key: str, target: float) -> float | None:
+    """The `key` budget at which the accuracy curve first reaches `target`, linear between the evaluation
+    below it and the first one at or above it; None if it never does."""
+    spent, accuracy = _evaluated(curves, key)
+    for i, a in enumerate(accuracy):
+        if a >= target:
+            if i == 0 or accuracy[i - 1] >= a:
+                return float(spent[i])
+            share = (target - accuracy[i - 1]) / (a - accuracy[i - 1])
+            return float(spent[i - 1] + share * (spent[i] - spent[i - 1]))
+    return None
+
+
+def _has(curves: dict, key: str) -> bool:
+    return curves[key][-1] > 0
+
+
+def paired_seed(records: Sequence[dict], baseline_records: Sequence[dict]) -> dict:
+    """One seed's paired numbers of a strategy's run against the baseline's run."""
+    mine, base = run_curves(records), run_curves(baseline_records)
+    mine_stats, base_stats = run_stats(records), run_stats(baseline_records)
+    out = {"final_diff": mine_stats["accuracy_final"] - base_stats["accuracy_final"]}
+    start = base_stats["accuracy_start"]
+    base_gain = base_stats["accuracy_final"] - start
+    out["gain_share"] = (mine_stats["accuracy_final"] - start) / base_gain if base_gain > 0 else float("nan")
+    target = base_stats["accuracy_final"]
+    for name, key in BUDGETS:
+        if not (_has(mine, key) and _has(base, key)):
+            out[f"equal_{name}_diff"] = out[f"reach_{name}_ratio"] = float("nan")
+            out[f"reach_{name}"] = None
+            continue
+        budget = min(mine[key][-1], base[key][-1])
+        out[f"equal_{name}_diff"] = accuracy_at(mine, key, budget) - accuracy_at(base, key, budget)
+        reached, base_reached = cost_to_reach(mine, key, target), cost_to_reach(base, key, target)
+        out[f"reach_{name}"] = reached
+        out[f"reach_{name}_ratio"] = (base_reached / reached if reached and base_reached else float("nan"))
+    return out
+
+
+def claims(runs: dict[str, dict[int, list[dict]]], baseline: str) -> dict:
+    """Per strategy: `per_seed` paired numbers and their summaries over the seeds shared with `baseline`."""
+    out = {}
+    for name, seeds in runs.items():
+        if name == baseline:
+            continue
+        shared = sorted(s for s in seeds if s in runs[baseline])
+        per_seed = {s: paired_seed(seeds[s], runs[baseline][s]) for s in shared}
+        rows = list(per_seed.values())
+        summary = {key: mean_interval([r[key] for r in rows])
+                   for key in ("final_diff", "gain_share", *(f"equal_{n}_diff" for n, _ in BUDGETS))}
+        for n, _ in BUDGETS:
+            summary[f"reach_{n}_ratio"] = ratio_interval([r[f"reach_{n}_ratio"] for r in rows])
+            summary[f"reached_{n}"] = f"{sum(r[f'reach_{n}'] is not None for r in rows)}/{len(rows)}"
+        out[name] = {"seeds": shared, "per_seed": {str(s): r for s, r in per_seed.items()}, **summary}
+    return out
+
+
+def _interval_cell(v: dict, digits: int = 3, sign: bool = True) -> str:
+    if not math.isfinite(v["mean"]):
+        return "—"
+    fmt = f"{{:{'+' if sign else ''}.{digits}f}}"
+    if not math.isfinite(v["low"]):
+        return fmt.format(v["mean"]) + " (n=1)"
+    return f"{fmt.format(v['mean'])} [{fmt.format(v['low'])}, {fmt.format(v['high'])}]"
+
+
+def _ratio_cell(v: dict) -> str:
+    if v["n"] == 0:
+        return "—"
+    if v["n"] == 1:
+        return f"{v['mean']:.2f}x (n=1)"
+    return f"{v['mean']:.2f}x [{v['low']:.2f}, {v['high']:.2f}]"
+
+
+def claims_table(result: dict, baseline: str) -> str:
+    """The markdown claim table: one row per strategy, paired differences with [95% CI]."""
+    lines = [f"**The claim, paired per seed against {baseline}** (mean over seeds [95% t interval]; accuracy "
+             "differences are the strategy's minus the baseline's; equal budget = both curves at the smaller "
+             "of the two runs' totals; reach = the responses / time to the baseline's final accuracy on the "
+             "seed, as baseline / strategy, geometric mean over the seeds that reach it; time excludes "
+             "compilation)", "",
+             "| strategy | seeds | final accuracy Δ | Δ at equal wall-clock | Δ at equal CPU s | Δ at equal responses | "
+             "wall-clock to reach (seeds) | CPU s to reach | responses to reach | share of the baseline's gain per step |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, row in result.items():
+        lines.append(
+            f"| {name} | {len(row['seeds'])} | {_interval_cell(row['final_diff'])} | "
+            f"{_interval_cell(row['equal_wall_diff'])} | {_interval_cell(row['equal_cpu_diff'])} | "
+            f"{_interval_cell(row['equal_responses_diff'])} | "
+            f"{_ratio_cell(row['reach_wall_ratio'])} ({row['reached_wall']}) | "
+            f"{_ratio_cell(row['reach_cpu_ratio'])} ({row['reached_cpu']}) | "
+            f"{_ratio_cell(row['reach_responses_ratio'])} ({row['reached_responses']}) | "
+            f"{_interval_cell(row['gain_share'], 2, sign=False)} |")
+    return "\n".join(lines)
