@@ -290,3 +290,16 @@ def test_a_prompt_met_in_two_epochs_of_one_step_gets_a_decision_per_occurrence()
     assert 0.45 < first.mean() < 0.55 and 0.45 < second.mean() < 0.55
     assert 0.45 < np.mean(first != second) < 0.55  # independent draws disagree half of the time
     np.testing.assert_array_equal(first, s.should_keep(ids))  # default: the step's epoch
+
+
+def test_patience_keeps_short_streaks_and_counts_the_exponent_from_the_patience():
+    """easy_patience 3: streaks of 1 and 2 all-correct rollouts keep the prompt, the third is kept w.p.
+    p_easy, the fourth p_easy ** 2; hard streaks keep the paper's rule (hard_patience 1)."""
+    selector = GresoSelector(6, p_easy=0.5, p_hard=0.4, easy_patience=3, seed=0)
+    selector.streak[:] = [0, 1, 2, 3, 4, -2]
+    np.testing.assert_allclose(selector.keep_probabilities(np.arange(6)), [1, 1, 1, 0.5, 0.25, 0.16])
+    paper = GresoSelector(6, p_easy=0.5, p_hard=0.4, seed=0)
+    paper.streak[:] = selector.streak
+    np.testing.assert_allclose(paper.keep_probabilities(np.arange(6)), [1, 0.5, 0.25, 0.125, 0.0625, 0.16])
+    with pytest.raises(Exception, match="easy_patience"):
+        GresoSelector(6, easy_patience=0)

@@ -150,7 +150,7 @@ def test_the_alias_is_resolved_once_in_validation():
 def test_the_registry_names_the_baseline_the_bound_and_the_variants():
     assert baseline().name == "ds_fixed" and baseline().strategy == "dynamic_sampling"
     assert baseline().settings == {"pass_sizing": "fixed"} and bound() == "oracle"
-    assert [v.name for v in named_variants()] == ["ds_fixed"]
+    assert [v.name for v in named_variants()] == ["ds_fixed", "greso_patient"]
     assert variant("greso").settings == {} and variant("ds_fixed") == baseline()
     fixed = build("dynamic_sampling", **variant("ds_fixed").settings)
     assert fixed.follow_up_pass_size(5, []) == fixed.pass_config.rollout_batch_size

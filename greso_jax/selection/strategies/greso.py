@@ -13,7 +13,7 @@ import numpy as np
 from greso_jax.core.specs import FLOAT, INT, ConfigError, Spec, field
 from greso_jax.selection.base import OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_NONE, check_prompt_ids
 from greso_jax.selection.counter_rng import Stream
-from greso_jax.selection.registry import register_strategy
+from greso_jax.selection.registry import register_strategy, register_variant
 from greso_jax.selection.settings import Ablation, StrategySettings
 from greso_jax.selection.strategies.dynamic_sampling import FilteringSelector
 
@@ -34,6 +34,10 @@ class GresoSettings(StrategySettings):
                                         "easy, 2/3 hard")
     p_min: float = field(0.05, _UNIT, "lower clamp of p_easy / p_hard")
     p_max: float = field(0.95, _UNIT, "upper clamp of p_easy / p_hard")
+    easy_patience: int = field(1, Spec(INT, 1), "all-correct rollouts in a row before a prompt may be skipped as "
+                               "easy; from then on it is kept w.p. max(p_easy ** (z - easy_patience + 1), 0.01) "
+                               "(1: the paper's rule)")
+    hard_patience: int = field(1, Spec(INT, 1), "the same for all-incorrect streaks and p_hard (1: the paper's rule)")
     adapt_from_epoch: int = field(1, Spec(INT, 0), "first epoch of the prompt stream whose steps adapt p_easy / "
                                   "p_hard (1: the reference, which waits until prompts have histories; 0: from "
                                   "the first step)")
@@ -54,7 +58,8 @@ class GresoSelector(FilteringSelector):
 
     A prompt whose last z consecutive rollouts were all correct is kept with probability
     max(p_easy ** z, 0.01); all incorrect, max(p_hard ** z, 0.01); otherwise (mixed last
-    rollout, or never rolled out) 1. After each step whose stream epoch is at least
+    rollout, or never rolled out) 1; with `easy_patience` / `hard_patience` k > 1 a streak shorter
+    than k keeps the prompt and the exponent counts from the k-th (z - k + 1). After each step whose stream epoch is at least
     `adapt_from_epoch`, p_easy / p_hard move by `delta_p` toward the easy / hard zero-variance
     targets target_zero_variance/3 and 2·target/3 (the reference adapts from the second epoch:
     before it no prompt has a history, nothing can be skipped, and adapting would only wind p
@@ -100,7 +105,8 @@ class GresoSelector(FilteringSelector):
         """Keep probability per prompt, float64 [N]."""
         ids = check_prompt_ids(prompt_ids, self.num_prompts, "greso.keep_probabilities")
         table, longest_hard, longest_easy = self._keep_table()
-        streak = np.clip(self.streak[ids], -longest_hard, longest_easy)
+        streak = _past_patience(self.streak[ids], self.settings.easy_patience, self.settings.hard_patience)
+        streak = np.clip(streak, -longest_hard, longest_easy)
         return table[streak + longest_hard]
 
     def _keep_table(self) -> tuple[np.ndarray, int, int]:
@@ -161,6 +167,14 @@ class GresoSelector(FilteringSelector):
         self.p_hard = float(state["p_hard"])
 
 
+def _past_patience(streak: np.ndarray, easy_patience: int, hard_patience: int) -> np.ndarray:
+    """Signed streaks [N] counted from the patience on: +z becomes +max(z - easy_patience + 1, 0), -z
+    likewise with hard_patience, so a streak shorter than its patience keeps the prompt for sure."""
+    easy = np.maximum(streak - (easy_patience - 1), 0)
+    hard = np.minimum(streak + (hard_patience - 1), 0)
+    return np.where(streak > 0, easy, hard).astype(np.int32)
+
+
 def _next_streak(streak: np.ndarray, easy: np.ndarray, hard: np.ndarray) -> np.ndarray:
     """Signed streaks after one rollout each: all-correct extends +, all-incorrect extends -, mixed resets."""
     grown_easy = np.maximum(streak, 0) + 1
@@ -176,3 +190,8 @@ def _streak_keep_probabilities(p: float, max_streak: int = 1 << 20) -> np.ndarra
         return np.array([1.0, KEEP_FLOOR])
     longest = min(int(np.ceil(np.log(KEEP_FLOOR) / np.log(p))) + 1, max_streak)
     return np.maximum(np.power(p, np.arange(longest + 1, dtype=np.float64)), KEEP_FLOOR)
+
+
+# Ours, for the per-step learning diagnosis: a prompt solved once may still be at the frontier (one
+# all-correct group of 8 is common at a success rate of 0.8), so easy skips wait for three in a row.
+register_variant("greso_patient", "greso", easy_patience=3)
