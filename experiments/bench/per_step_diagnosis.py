@@ -1,0 +1,179 @@
+"""Why a selector learns less per step than ds_fixed: the per-step gap beside each candidate cause, paired by seed.
+
+  python experiments/bench/per_step_diagnosis.py --root runs/h5 [--root pool9k=runs/pool9k] \
+      --strategies greso,posterior,mopps,greso_patient --seeds 0,1,2 [--ablation greso_patient:greso] [--out FILE]
+
+Runs are ROOT/VARIANT/seedS as compare_strategies.py writes them, with logging.group_trace on. A root
+given as LABEL=PATH names its runs VARIANT@LABEL, paired with ds_fixed@LABEL (e.g. a bigger pool).
+Per run, against ds_fixed on the same seed and root:
+  - gap: the mean over evaluation steps of the held-out accuracy difference (learning per step; both
+    runs evaluate at the same steps), and the final difference;
+  - coverage: distinct prompts trained on (groups with mixed rewards, the ones a filtering strategy
+    trains on) over the run, as a share of ds_fixed's; concentration: mixed groups per such prompt;
+  - signal: the mean p(1-p) of the mixed groups (p: the group's success fraction; GRPO's per-group
+    signal is largest at p = 0.5);
+  - frontier: the share of the audited easy skips whose group was informative (the skip audit), and
+    the informative groups per step that share implies the easy skips lost;
+  - entropy: the mean actor/entropy; re-rolls: the share of groups repeated within their step.
+An --ablation A:B gives the paired effect of one change on the gap: gap(A) - gap(B) per seed.
+Means carry a Student-t 95% interval over seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from typing import Sequence
+
+import numpy as np
+
+from experiments.bench.claim_report import mean_interval
+from greso_jax.run.records import read_group_trace, read_lines
+from greso_jax.run.run_stats import number, run_curves
+from greso_jax.selection import baseline
+
+BASELINE = baseline().name
+CANDIDATES = ("coverage", "concentration", "signal", "frontier_informative_share", "frontier_lost_per_step",
+              "entropy", "reroll_share")
+
+
+def group_statistics(trace: Sequence[dict]) -> dict:
+    """From a group trace: distinct prompts with a mixed group, mixed groups per such prompt, mean p(1-p)."""
+    mixed_prompts: set[int] = set()
+    mixed, signal = 0, 0.0
+    for row in trace:
+        correct = np.asarray(row["num_correct"], np.float64)
+        samples = np.asarray(row["num_samples"], np.float64)
+        is_mixed = (correct > 0) & (correct < samples)
+        p = correct[is_mixed] / samples[is_mixed]
+        mixed += int(is_mixed.sum())
+        signal += float((p * (1 - p)).sum())
+        mixed_prompts.update(np.asarray(row["prompt_ids"])[is_mixed].tolist())
+    return {"mixed_prompts": len(mixed_prompts), "concentration": mixed / len(mixed_prompts) if mixed_prompts
+            else float("nan"), "signal": signal / mixed if mixed else float("nan")}
+
+
+def _mean_metric(records: Sequence[dict], key: str) -> float:
+    values = [number(r, key) for r in records if r.get("step", 0) > 0]
+    values = [v for v in values if v is not None]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def _total(records: Sequence[dict], key: str) -> float:
+    return float(sum(number(r, key) or 0.0 for r in records if r.get("step", 0) > 0))
+
+
+def run_diagnosis(records: Sequence[dict], trace: Sequence[dict]) -> dict:
+    """One run's candidate measures (coverage in absolute prompts; made relative by `paired`)."""
+    groups = group_statistics(trace)
+    steps = sum(1 for r in records if r.get("step", 0) > 0)
+    audited, informative = _total(records, "audit/easy_skips"), None
+    if audited:
+        informative = 1.0 - _total(records, "audit/easy_zero_variance") / audited
+    lost = (informative * _total(records, "selection/skipped_easy") / steps
+            if informative is not None and steps else float("nan"))
+    kept = _total(records, "selection/kept")
+    return {"mixed_prompts": groups["mixed_prompts"], "concentration": groups["concentration"],
+            "signal": groups["signal"], "frontier_informative_share": informative if informative is not None
+            else float("nan"), "frontier_lost_per_step": lost, "entropy": _mean_metric(records, "actor/entropy"),
+            "reroll_share": _total(records, "selection/repeated_groups") / kept if kept else float("nan")}
+
+
+def paired(records, trace, base_records, base_trace) -> dict:
+    """A run's gap and candidates beside ds_fixed's run on the same seed."""
+    mine, base = run_curves(records), run_curves(base_records)
+    at_base = dict(zip(base["eval_steps"], base["eval_accuracy"]))
+    shared = [(a, at_base[s]) for s, a in zip(mine["eval_steps"], mine["eval_accuracy"]) if s in at_base and s > 0]
+    out = {"gap": float(np.mean([a - b for a, b in shared])) if shared else float("nan"),
+           "final_diff": mine["eval_accuracy"][-1] - base["eval_accuracy"][-1] if shared else float("nan")}
+    d, b = run_diagnosis(records, trace), run_diagnosis(base_records, base_trace)
+    out["coverage"] = d["mixed_prompts"] / b["mixed_prompts"] if b["mixed_prompts"] else float("nan")
+    for key in CANDIDATES[1:]:
+        out[key] = d[key]
+        out[f"{key}_baseline"] = b[key]
+    return out
+
+
+def load(workdir: str) -> tuple[list[dict], list[dict]]:
+    return read_lines(os.path.join(workdir, "metrics.jsonl")), read_group_trace(workdir)
+
+
+def diagnose(roots: dict[str, str], strategies: Sequence[str], seeds: Sequence[int], log=print) -> dict:
+    """{name: {seed: paired numbers}} for every strategy x root whose runs and baseline run exist."""
+    out: dict[str, dict[int, dict]] = {}
+    for label, root in roots.items():
+        for strategy in strategies:
+            name = f"{strategy}@{label}" if label else strategy
+            for seed in seeds:
+                mine = os.path.join(root, strategy, f"seed{seed}")
+                base = os.path.join(root, BASELINE, f"seed{seed}")
+                if not all(os.path.exists(os.path.join(d, "summary.json")) for d in (mine, base)):
+                    log(f"{name} seed {seed}: run or its {BASELINE} run not finished, left out")
+                    continue
+                out.setdefault(name, {})[seed] = paired(*load(mine), *load(base))
+    return out
+
+
+def _cell(interval: dict, digits: int = 3) -> str:
+    if not math.isfinite(interval["mean"]):
+        return "—"
+    if interval["n"] < 2:
+        return f"{interval['mean']:.{digits}f} (n=1)"
+    return f"{interval['mean']:.{digits}f} [{interval['low']:.{digits}f}, {interval['high']:.{digits}f}]"
+
+
+def tables(result: dict, ablations: Sequence[tuple[str, str]]) -> str:
+    keys = ("gap", "final_diff", *CANDIDATES)
+    lines = [f"**Per-step gap and candidate causes against {BASELINE}** (mean over seeds [95% t interval]; gap: "
+             "mean accuracy difference over the evaluation steps; coverage: distinct prompts trained, share of "
+             f"{BASELINE}'s; the {BASELINE} column pairs give its own value)", "",
+             "| strategy | seeds | " + " | ".join(keys) + f" | {BASELINE} signal | {BASELINE} entropy |",
+             "|---|---|" + "---|" * (len(keys) + 2)]
+    for name, seeds in result.items():
+        rows = list(seeds.values())
+        cells = [_cell(mean_interval([r[k] for r in rows])) for k in keys]
+        base = [_cell(mean_interval([r[f"{k}_baseline"] for r in rows])) for k in ("signal", "entropy")]
+        lines.append(f"| {name} | {len(rows)} | " + " | ".join(cells + base) + " |")
+    if ablations:
+        lines += ["", "**Ablations: paired effect on the gap** (gap(A) − gap(B) per seed, [95% t interval])", "",
+                  "| A | B | seeds | effect on gap | effect on final accuracy |", "|---|---|---|---|---|"]
+        for a, b in ablations:
+            shared = sorted(set(result.get(a, {})) & set(result.get(b, {})))
+            gap = mean_interval([result[a][s]["gap"] - result[b][s]["gap"] for s in shared])
+            final = mean_interval([result[a][s]["final_diff"] - result[b][s]["final_diff"] for s in shared])
+            lines.append(f"| {a} | {b} | {len(shared)} | {_cell(gap)} | {_cell(final)} |")
+    return "\n".join(lines)
+
+
+def _roots(values: Sequence[str]) -> dict[str, str]:
+    roots = {}
+    for value in values:
+        label, _, path = value.rpartition("=")
+        roots[label] = path
+    return roots
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--root", action="append", required=True, help="ROOT or LABEL=ROOT (repeatable)")
+    parser.add_argument("--strategies", default="greso,posterior,mopps")
+    parser.add_argument("--seeds", default="0,1,2,3,4")
+    parser.add_argument("--ablation", action="append", default=[], help="A:B, the paired effect of A over B")
+    parser.add_argument("--out", default="", help="also write the tables to this markdown file")
+    args = parser.parse_args(argv)
+    ablations = [tuple(a.split(":", 1)) for a in args.ablation]
+    if any(len(a) != 2 for a in ablations):
+        parser.error("--ablation takes A:B")
+    result = diagnose(_roots(args.root), args.strategies.split(","), [int(s) for s in args.seeds.split(",")])
+    text = tables(result, ablations)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
