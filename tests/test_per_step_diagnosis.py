@@ -30,7 +30,7 @@ def _trace(rows):
 
 def test_gap_and_candidates_against_the_baseline_and_an_ablations_effect(tmp_path):
     # ds_fixed: prompts 1, 2, 3 mixed (p = 1/2, 1/4, 1/2), prompt 0 all correct; GRESO: prompts 1 and 1 again
-    # mixed (p = 1/2, 3/4); its audit rolled out 4 easy skips, 1 of them informative, of 10 easy skips a step.
+    # mixed (p = 1/2, 3/4); its audit rolled out 4 easy skips, 1 of them informative.
     base = _trace([([0, 1, 2], [4, 2, 1]), ([3], [2])])
     greso = _trace([([1], [2]), ([1, 0], [3, 4])])
     for seed, (acc_base, acc_greso) in enumerate([([0.2, 0.3, 0.4], [0.2, 0.25, 0.3]),
@@ -50,7 +50,6 @@ def test_gap_and_candidates_against_the_baseline_and_an_ablations_effect(tmp_pat
     assert seed0["signal"] == pytest.approx((0.25 + 0.1875) / 2)
     assert seed0["signal_baseline"] == pytest.approx((0.25 + 0.1875 + 0.25) / 3)
     assert seed0["frontier_informative_share"] == pytest.approx(0.25)
-    assert seed0["frontier_lost_per_step"] == pytest.approx(0.25 * 10)
     assert seed0["entropy"] == pytest.approx(0.1) and seed0["entropy_baseline"] == pytest.approx(0.2)
     assert seed0["reroll_share"] == pytest.approx(0.25)
     text = diagnosis.tables(result, [("greso_patient", "greso")])

@@ -12,8 +12,10 @@ Per run, against ds_fixed on the same seed and root:
     trains on) over the run, as a share of ds_fixed's; concentration: mixed groups per such prompt;
   - signal: the mean p(1-p) of the mixed groups (p: the group's success fraction; GRPO's per-group
     signal is largest at p = 0.5);
-  - frontier: the share of the audited easy skips whose group was informative (the skip audit), and
-    the informative groups per step that share implies the easy skips lost;
+  - frontier: the share of the audited easy skips whose group was informative (the skip audit): how
+    often a prompt skipped as mastered was still at the frontier (skip counts themselves are not
+    comparable: a selector passing over a small pool several times in a step counts a prompt's skip
+    at each pass);
   - entropy: the mean actor/entropy; re-rolls: the share of groups repeated within their step.
 An --ablation A:B gives the paired effect of one change on the gap: gap(A) - gap(B) per seed.
 Means carry a Student-t 95% interval over seeds.
@@ -35,8 +37,7 @@ from greso_jax.run.run_stats import number, run_curves
 from greso_jax.selection import baseline
 
 BASELINE = baseline().name
-CANDIDATES = ("coverage", "concentration", "signal", "frontier_informative_share", "frontier_lost_per_step",
-              "entropy", "reroll_share")
+CANDIDATES = ("coverage", "concentration", "signal", "frontier_informative_share", "entropy", "reroll_share")
 
 
 def group_statistics(trace: Sequence[dict]) -> dict:
@@ -68,16 +69,11 @@ def _total(records: Sequence[dict], key: str) -> float:
 def run_diagnosis(records: Sequence[dict], trace: Sequence[dict]) -> dict:
     """One run's candidate measures (coverage in absolute prompts; made relative by `paired`)."""
     groups = group_statistics(trace)
-    steps = sum(1 for r in records if r.get("step", 0) > 0)
-    audited, informative = _total(records, "audit/easy_skips"), None
-    if audited:
-        informative = 1.0 - _total(records, "audit/easy_zero_variance") / audited
-    lost = (informative * _total(records, "selection/skipped_easy") / steps
-            if informative is not None and steps else float("nan"))
+    audited = _total(records, "audit/easy_skips")
+    informative = 1.0 - _total(records, "audit/easy_zero_variance") / audited if audited else float("nan")
     kept = _total(records, "selection/kept")
     return {"mixed_prompts": groups["mixed_prompts"], "concentration": groups["concentration"],
-            "signal": groups["signal"], "frontier_informative_share": informative if informative is not None
-            else float("nan"), "frontier_lost_per_step": lost, "entropy": _mean_metric(records, "actor/entropy"),
+            "signal": groups["signal"], "frontier_informative_share": informative, "entropy": _mean_metric(records, "actor/entropy"),
             "reroll_share": _total(records, "selection/repeated_groups") / kept if kept else float("nan")}
 
 
