@@ -21,11 +21,12 @@ ONE_LAYER = PRESETS["tiny-test"].replace(num_layers=1)
 TOTAL = 24
 
 
-def spread_batch(seed=0, rows=16):
-    """Rows of 2-5 prompt tokens and 1-18 response tokens in a 24-wide batch: several buckets."""
+def spread_batch(seed=0, rows=16, uniform=False):
+    """Rows of 2-5 prompt tokens and 1-18 response tokens in a 24-wide batch: several buckets
+    (uniform: every row 3 + 15 tokens, one bucket)."""
     rng = np.random.default_rng(seed)
-    prompts = [list(rng.integers(1, VOCAB, rng.integers(2, 6))) for _ in range(rows)]
-    lengths = rng.integers(1, 19, rows)
+    prompts = [list(rng.integers(1, VOCAB, 3 if uniform else rng.integers(2, 6))) for _ in range(rows)]
+    lengths = np.full(rows, 15) if uniform else rng.integers(1, 19, rows)
     loss_mask = np.ones(rows, bool)
     loss_mask[3] = False  # generated, kept out of the loss: a row with no response token in the mask
     return make_train_batch(prompts, rng.integers(1, VOCAB, (rows, 18)), lengths, rng.normal(-4.2, 0.3, (rows, 18)),
@@ -104,12 +105,14 @@ def learner_config(layout, aggregation="token-mean"):
     return c
 
 
-@pytest.mark.parametrize("aggregation", [
-    "token-mean", *(pytest.param(a, marks=pytest.mark.slow) for a in LOSS_AGGREGATIONS if a != "token-mean")])
-def test_bucketed_update_trains_the_padded_update(aggregation):
+@pytest.mark.parametrize("aggregation,uniform", [
+    ("token-mean", False), ("token-mean", True),
+    *(pytest.param(a, False, marks=pytest.mark.slow) for a in LOSS_AGGREGATIONS if a != "token-mean")])
+def test_bucketed_update_trains_the_padded_update(aggregation, uniform):
     """Two epochs over two mini-batches, KL and entropy on: parameters and metrics agree; the
-    bucketed update computes fewer tokens and says so."""
-    batch = spread_batch(seed=1)
+    bucketed update computes fewer tokens and says so. Uniform rows: each mini-batch's micro-batches
+    share one bucket and are scanned in one call."""
+    batch = spread_batch(seed=1, uniform=uniform)
     results = {}
     for layout in ("padded", "bucketed"):
         learner = learner_from_config(init_model(ONE_LAYER, seed=0), learner_config(layout, aggregation))

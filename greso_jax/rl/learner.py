@@ -312,37 +312,47 @@ class Learner:
 
     def _bucketed_updates(self, arrays: dict, plan: list[list[MicroBatch]], learning_rate) -> list[dict]:
         """Each mini-batch of `plan` as its [m, L] micro-batches, one compiled gradient per bucket L,
-        accumulated on the device, then one optimiser step."""
+        accumulated on the device, then one optimiser step. A mini-batch whose micro-batches share
+        one L runs as the padded layout does: its [M, m, L] micro-batches scanned in one call."""
         micro = self.micro_batch_size
-        row_sharding, adv_sharding = self._rows_sharding(micro, 2, 0), self._rows_sharding(micro, 1, 0)
 
-        def tokens(x, mb: MicroBatch):  # [B, T] -> the micro-batch's [m, L] on the mesh
-            return multihost.put(x[mb.rows, :mb.length], row_sharding)
+        def on_mesh(rows: np.ndarray, length: int) -> MicroBatches:
+            """rows int [m] (one micro-batch) or [M, m] (a mini-batch of one length) -> the batch's
+            fields at those rows, trimmed to L columns, on the mesh."""
+            lead = rows.ndim - 1
+            tokens = {k: multihost.put(arrays[k][rows, :length], self._rows_sharding(micro, rows.ndim + 1, lead))
+                      for k in ("input_ids", "attention_mask", "response_mask", "old_logprobs")}
+            ref = None
+            if self._reference is not None:  # the reference forward at the same shape
+                ids, mask = (tokens[k] if lead else tokens[k][None] for k in ("input_ids", "attention_mask"))
+                ref = self._logprobs_fn(*self._reference, ids, mask)
+                ref = ref if lead else ref[0]
+            return MicroBatches(**tokens, ref_logprobs=ref,
+                                advantages=multihost.put(arrays["advantages"][rows],
+                                                         self._rows_sharding(micro, rows.ndim, lead)))
 
-        ref_logprobs = {}  # (mini-batch, micro-batch) -> [m, L]: the reference forward at the same shapes
-        if self._reference is not None:
-            for i, mini in enumerate(plan):
-                for j, mb in enumerate(mini):
-                    ids, mask = (tokens(arrays[k], mb)[None] for k in ("input_ids", "attention_mask"))
-                    ref_logprobs[i, j] = self._logprobs_fn(*self._reference, ids, mask)[0]
-        inv_denominators = [multihost.put(np.float32(inverse_denominator(
-            arrays["response_mask"][np.concatenate([mb.rows for mb in mini])], self.loss)), self._replicated)
-            for mini in plan]
+        steps = []  # per mini-batch: (its micro-batches on the mesh, its inverse denominator)
+        for mini in plan:
+            inv_denominator = np.float32(inverse_denominator(
+                arrays["response_mask"][np.concatenate([mb.rows for mb in mini])], self.loss))
+            if len(mini) > 1 and len({mb.length for mb in mini}) == 1:
+                batches = on_mesh(np.stack([mb.rows for mb in mini]), mini[0].length)
+            else:
+                batches = [on_mesh(mb.rows, mb.length) for mb in mini]
+            steps.append((batches, multihost.put(inv_denominator, self._replicated)))
 
         per_update = []
         for _ in range(self.ppo_epochs):
-            for i, mini in enumerate(plan):
-                accumulator = self._zero_accumulator_fn(self._params)
-                for j, mb in enumerate(mini):
-                    batch = MicroBatches(
-                        input_ids=tokens(arrays["input_ids"], mb), attention_mask=tokens(arrays["attention_mask"], mb),
-                        response_mask=tokens(arrays["response_mask"], mb),
-                        old_logprobs=tokens(arrays["old_logprobs"], mb),
-                        advantages=multihost.put(arrays["advantages"][mb.rows], adv_sharding),
-                        ref_logprobs=ref_logprobs.get((i, j)))
-                    accumulator = self._micro_gradient_fn(self._params, accumulator, batch, inv_denominators[i])
-                self._params, self._opt_state, metrics = self._apply_fn(self._params, self._opt_state, learning_rate,
-                                                                        accumulator, inv_denominators[i])
+            for batches, inv_denominator in steps:
+                if isinstance(batches, MicroBatches):
+                    self._params, self._opt_state, metrics = self._step_fn(self._params, self._opt_state,
+                                                                           learning_rate, batches)
+                else:
+                    accumulator = self._zero_accumulator_fn(self._params)
+                    for batch in batches:
+                        accumulator = self._micro_gradient_fn(self._params, accumulator, batch, inv_denominator)
+                    self._params, self._opt_state, metrics = self._apply_fn(self._params, self._opt_state,
+                                                                            learning_rate, accumulator, inv_denominator)
                 per_update.append(metrics)
         return per_update
 
