@@ -1,7 +1,9 @@
 """`Learner`: sharded, jit-compiled GRPO updates over PPO mini-batches and micro-batches, with metrics and train state.
 
-One compiled call is one optimiser update on one mini-batch: its micro-batches are scanned
-inside (exact gradient accumulation), parameters and optimiser state are donated and come back
+In the padded layout one compiled call is one optimiser update on one mini-batch: its
+micro-batches are scanned inside (exact gradient accumulation); the bucketed layout
+(greso_jax.rl.micro_batches) runs one compiled gradient per length bucket into a device
+accumulator, then the optimiser step. Parameters and optimiser state are donated and come back
 with the shardings their logical axes ask for, and a non-finite loss or gradient leaves them
 unchanged. The reference policy (KL term) is evaluated once per `update` call, and only when
 the loss's kl_coef > 0. Every setting is an explicit argument (greso_jax.run.build maps the
@@ -313,7 +315,8 @@ class Learner:
     def _bucketed_updates(self, arrays: dict, plan: list[list[MicroBatch]], learning_rate) -> list[dict]:
         """Each mini-batch of `plan` as its [m, L] micro-batches, one compiled gradient per bucket L,
         accumulated on the device, then one optimiser step. A mini-batch whose micro-batches share
-        one L runs as the padded layout does: its [M, m, L] micro-batches scanned in one call."""
+        one L (one micro-batch, or rows of similar length) runs as the padded layout does: its
+        [M, m, L] micro-batches scanned in one call."""
         micro = self.micro_batch_size
 
         def on_mesh(rows: np.ndarray, length: int) -> MicroBatches:
@@ -335,7 +338,7 @@ class Learner:
         for mini in plan:
             inv_denominator = np.float32(inverse_denominator(
                 arrays["response_mask"][np.concatenate([mb.rows for mb in mini])], self.loss))
-            if len(mini) > 1 and len({mb.length for mb in mini}) == 1:
+            if len({mb.length for mb in mini}) == 1:
                 batches = on_mesh(np.stack([mb.rows for mb in mini]), mini[0].length)
             else:
                 batches = [on_mesh(mb.rows, mb.length) for mb in mini]
