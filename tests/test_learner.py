@@ -114,7 +114,8 @@ def test_metrics_names_and_batch_statistics():
     names = {"actor/loss", "actor/pg_loss", "actor/kl", "actor/entropy", "actor/clipfrac_low", "actor/clipfrac_high",
              "actor/grad_norm", "actor/lr", "actor/advantage_mean", "actor/advantage_std",
              "actor/frac_zero_std_groups", "actor/nonfinite_skipped", "response/length_mean", "response/length_max",
-             "response/truncated_frac", "perf/train_tokens_per_s"}
+             "response/truncated_frac", "perf/train_tokens_per_s", "actor/update_tokens", "actor/update_padding_share",
+             "actor/logprob_mismatch", "actor/logprob_mismatch_max"}
     assert names <= set(metrics)
     assert metrics["response/length_max"] == 6 and metrics["response/truncated_frac"] == 0.125
     assert metrics["response/length_mean"] == pytest.approx(np.mean(batch.response_lengths))
@@ -191,12 +192,12 @@ def test_grpo_learns_a_toy_reward_with_the_real_sampler():
 def test_frac_zero_std_groups_counts_groups_not_rows():
     """Two real groups, one all-zero and one mixed whose middle rows have advantage exactly 0
     (drgrpo with a reward at the mean), plus filler rows: half of the groups, not 6 of 8 rows."""
-    from greso_jax.rl.learner import _batch_metrics
+    from greso_jax.rl.batch import batch_statistics
 
     advantages = np.array([0, 0, 0, 0, 0.5, 0, 0, -0.5, 0, 0], np.float32)
     lengths = np.array([3, 2, 4, 1, 2, 2, 3, 5, 0, 0], np.float32)  # the last two: filler rows
     arrays = {"advantages": advantages, "response_lengths": lengths,
               "response_mask": (np.arange(6)[None] < lengths[:, None]).astype(np.float32)}
     group_ids = np.array([0, 0, 0, 0, 1, 1, 1, 1, -1, -1])
-    assert _batch_metrics(arrays, None, group_ids)["actor/frac_zero_std_groups"] == 0.5
-    assert _batch_metrics(arrays, None, None)["actor/frac_zero_std_groups"] == 0.75  # rows, without group ids
+    assert batch_statistics(arrays, None, group_ids)["actor/frac_zero_std_groups"] == 0.5
+    assert batch_statistics(arrays, None, None)["actor/frac_zero_std_groups"] == 0.75  # rows, without group ids

@@ -54,7 +54,7 @@ def test_every_variant_validates_with_the_papers_numbers(file_name, variant, pat
     assert c.model.preset == preset and preset in PRESETS
     assert (c.train.train_batch_size, c.selection.rollout_batch_size) == (train_batch, rollout_batch)
     assert (c.data.max_prompt_length, c.sampling.max_new_tokens) == (max_prompt, max_response)
-    assert c.rl.group_size == 8 and c.rl.mini_batch_size == 64
+    assert c.rl.group_size == 8 and c.rl.mini_batch_size == 64 and c.rl.update_layout == "bucketed"
     assert c.train.learning_rate == 1e-6 and c.train.lr_schedule == "constant" and c.train.warmup_steps == 0
     assert c.train.weight_decay == 0.01 and c.train.grad_clip == 1.0
     assert c.rl.clip_low == c.rl.clip_high == 0.2

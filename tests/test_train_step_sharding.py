@@ -1,4 +1,4 @@
-"""Sharding invariance: on 8 simulated CPU devices, data / fsdp / tensor meshes give the one-device parameters."""
+"""Sharding invariance: on 8 simulated CPU devices, data / fsdp / tensor meshes (and the bucketed update layout) give the one-device parameters."""
 
 import json
 import os
@@ -38,7 +38,8 @@ SCRIPT = textwrap.dedent("""
     config.rl.kl_coef = 0.05
     config.rl.loss_aggregation = "seq-mean-token-mean"
 
-    def train(mesh):
+    def train(mesh, layout="padded"):
+        config.rl.update_layout = layout
         learner = learner_from_config(init_model(PRESETS["tiny-test"], seed=0), config, mesh)
         metrics = [learner.update(batch, num_minibatches=1) for batch in batches]
         state = nnx.state(learner.model, nnx.Param)
@@ -49,8 +50,10 @@ SCRIPT = textwrap.dedent("""
     COMPARED = ("actor/loss", "actor/pg_loss", "actor/kl", "actor/entropy", "actor/grad_norm")
     reference, reference_specs = train(make_mesh(1, 1, 1, devices=jax.devices()[:1]))
     result = {}
-    for name, axes in (("data=8", (8, 1, 1)), ("data=2,fsdp=4", (2, 4, 1)), ("data=2,fsdp=2,tensor=2", (2, 2, 2))):
-        params, specs = train(make_mesh(*axes))
+    for name, axes, layout in (("data=8", (8, 1, 1), "padded"), ("data=2,fsdp=4", (2, 4, 1), "padded"),
+                               ("data=2,fsdp=2,tensor=2", (2, 2, 2), "padded"),
+                               ("data=2,fsdp=4 bucketed", (2, 4, 1), "bucketed")):
+        params, specs = train(make_mesh(*axes), layout)
         diff = max(float(np.abs(a - b).max()) for a, b in zip(jax.tree.leaves(reference), jax.tree.leaves(params)))
         metric_diff = max(abs(a[k] - b[k]) / max(abs(a[k]), 1e-6) for a, b in
                           zip(reference_specs["metrics"], specs["metrics"]) for k in COMPARED)

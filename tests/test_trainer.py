@@ -69,6 +69,24 @@ def test_refill_trains_the_run_without_it(tmp_path, warm_policy):
             assert after[name] == pytest.approx(value, rel=1e-4, abs=1e-6), name
 
 
+def test_bucketed_update_trains_the_padded_run_and_the_sampler_agrees_with_the_learner(tmp_path, warm_policy):
+    """The same run with each update layout: the bucketed one computes fewer tokens and trains the
+    same (to float32 rounding); in float32 the sampler's log-probs are the learner's to 1e-5."""
+    runs = {}
+    for layout in ("padded", "bucketed"):
+        config = trainer_config.get_config(f"vanilla,{warm_policy}")
+        config.rl.update_layout = layout
+        Trainer(config, str(tmp_path / layout), log=lambda *a: None).run()
+        runs[layout] = read_metrics(str(tmp_path / layout))[1:]
+    for padded, bucketed in zip(runs["padded"], runs["bucketed"]):
+        for record in (padded, bucketed):
+            assert record["actor/logprob_mismatch"] <= 1e-5 and record["actor/logprob_mismatch_max"] <= 1e-4
+        assert bucketed["actor/update_tokens"] < padded["actor/update_tokens"]
+        assert bucketed["actor/update_padding_share"] < padded["actor/update_padding_share"]
+        for name in ("actor/loss", "actor/grad_norm", "actor/entropy", "rollout/reward_mean"):
+            assert bucketed[name] == pytest.approx(padded[name], rel=1e-4, abs=1e-5), name
+
+
 def _train_cmd(workdir, *overrides, policy=""):
     return [sys.executable, "-m", "greso_jax.train", f"--config={CONFIG}" + (f":greso,{policy}" if policy else ""),
             f"--workdir={workdir}", *overrides]

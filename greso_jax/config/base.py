@@ -79,6 +79,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.rl.ppo_epochs = 1
     c.rl.mini_batch_size = 64  # prompts per optimiser update
     c.rl.micro_batch_size = 64  # responses per forward/backward (gradient accumulation)
+    c.rl.update_layout = "padded"  # "bucketed": micro-batches of length-sorted rows trimmed to length buckets
+    c.rl.update_bucket_ratio = 1.25  # bucketed layout: neighbouring bucket lengths at most this far apart
 
     c.train = ml_collections.ConfigDict()
     c.train.num_steps = 100

@@ -24,6 +24,7 @@ from greso_jax.models.presets import PRESETS
 from greso_jax.rewards.math import SHAPINGS as REWARD_SHAPINGS
 from greso_jax.rl.advantages import ADVANTAGE_ESTIMATORS
 from greso_jax.rl.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS
+from greso_jax.rl.micro_batches import UPDATE_LAYOUTS
 from greso_jax.rl.optim import LR_SCHEDULES
 from greso_jax.selection.settings import GROUP_SIZE_SPEC
 
@@ -98,6 +99,8 @@ FIELD_SPECS: dict[str, Spec] = {
     "rl.ppo_epochs": Spec(INT, 1),
     "rl.mini_batch_size": Spec(INT, 1),
     "rl.micro_batch_size": Spec(INT, 1),
+    "rl.update_layout": Spec(STR, choices=UPDATE_LAYOUTS),
+    "rl.update_bucket_ratio": Spec(FLOAT, 1, low_open=True),
     "train.num_steps": Spec(INT, 0),
     "train.train_batch_size": Spec(INT, 1),
     "train.learning_rate": Spec(FLOAT, 0, low_open=True),

@@ -1,4 +1,4 @@
-"""`TrainBatch` (the learner's input for one update), laid out by `make_train_batch`, assembled from accepted groups by `assemble_batch`."""
+"""`TrainBatch` (the learner's input for one update), laid out by `make_train_batch`, assembled from accepted groups by `assemble_batch`, checked and summarised on the host (`host_arrays`, `batch_statistics`)."""
 
 from __future__ import annotations
 
@@ -107,8 +107,7 @@ class AssembledBatch(NamedTuple):
     batch      the TrainBatch, B rows: every group's responses in group order, then filler rows
     truncated  bool [B]: the response hit max_new_tokens without an EOS (False on filler rows)
     group_ids  int [B]: index of the row's group in `groups`, -1 on filler rows
-    stats      {"rollout/reward_mean", "train/groups", "train/responses" (rows that enter the loss),
-               "actor/update_tokens" (B x total_length: what the update computes over)}
+    stats      {"rollout/reward_mean", "train/groups", "train/responses" (rows that enter the loss)}
     """
 
     batch: TrainBatch
@@ -129,7 +128,7 @@ def assemble_batch(groups, outputs, *, advantage: str, pad_id: int, total_length
     over the groups padded to the widest one, with the `advantage` estimator. Responses whose loss
     mask is False (AERO's rejection) leave the batch: their forward and backward passes are not
     paid. Filler rows repeat a one-token pad prompt with an empty response, so they add nothing to
-    the loss; they are paid, so "actor/update_tokens" (rows x total_length) counts them.
+    the loss; they are paid (the learner's "actor/update_tokens" counts them).
     """
     if not groups:
         raise ValueError("assemble_batch: no groups")
@@ -177,8 +176,7 @@ def assemble_batch(groups, outputs, *, advantage: str, pad_id: int, total_length
                              np.asarray(row_adv, np.float32), pad_id=pad_id, total_length=total_length,
                              loss_mask=np.asarray(row_mask))
     stats = {"rollout/reward_mean": float(rewards[mask].mean()) if mask.any() else 0.0,
-             "train/groups": len(groups), "train/responses": responses,
-             "actor/update_tokens": (responses + filler) * total_length}
+             "train/groups": len(groups), "train/responses": responses}
     return AssembledBatch(batch=batch, truncated=np.asarray(truncated), group_ids=np.asarray(group_ids, np.int64),
                           stats=stats)
 
@@ -188,3 +186,58 @@ def _per_row(name: str, values, b: int) -> np.ndarray:
     if values.shape != (b,):
         raise ValueError(f"make_train_batch: {name} must have shape [B] = ({b},), got {values.shape}")
     return values
+
+
+def host_arrays(batch: TrainBatch) -> dict[str, np.ndarray]:
+    """NumPy views of the batch's fields with their shapes checked against input_ids [B, T]."""
+    arrays = {
+        "input_ids": np.asarray(batch.input_ids, np.int32),
+        "attention_mask": np.asarray(batch.attention_mask, np.int32),
+        "response_mask": np.asarray(batch.response_mask, np.float32),
+        "old_logprobs": np.asarray(batch.old_logprobs, np.float32),
+        "advantages": np.asarray(batch.advantages, np.float32),
+    }
+    if arrays["input_ids"].ndim != 2:
+        raise ValueError(f"TrainBatch.input_ids must be [B, T], got shape {arrays['input_ids'].shape}")
+    b, t = arrays["input_ids"].shape
+    for name in ("attention_mask", "response_mask", "old_logprobs"):
+        if arrays[name].shape != (b, t):
+            raise ValueError(f"TrainBatch.{name} has shape {arrays[name].shape}, expected {(b, t)}")
+    if arrays["advantages"].shape != (b,):
+        raise ValueError(f"TrainBatch.advantages has shape {arrays['advantages'].shape}, expected {(b,)}")
+    lengths = batch.response_lengths
+    arrays["response_lengths"] = (arrays["response_mask"].sum(axis=1) if lengths is None
+                                  else np.asarray(lengths, np.float32))
+    return arrays
+
+
+def batch_statistics(arrays: dict, truncated, group_ids) -> dict[str, float]:
+    """Advantage and response statistics of the train batch (host side). Rows with response
+    length 0 are padding rows (no response was generated) and are left out of every statistic;
+    advantage statistics cover the rows that enter the loss."""
+    advantages, lengths = arrays["advantages"], arrays["response_lengths"]
+    real = lengths > 0
+    if not real.any():
+        real = np.ones_like(real)
+    in_loss = arrays["response_mask"].sum(axis=1) > 0
+    trained = advantages[in_loss] if in_loss.any() else np.zeros(1, np.float32)
+    if group_ids is None:
+        zero_std = float(np.mean(advantages[real] == 0))
+    else:
+        group_ids = np.asarray(group_ids)
+        if group_ids.shape != advantages.shape:
+            raise ValueError(f"Learner.update: group_ids shape {group_ids.shape} != advantages shape "
+                             f"{advantages.shape}")
+        groups = np.unique(group_ids[real])
+        zero_std = float(np.mean([np.all(advantages[real & (group_ids == g)] == 0) for g in groups]))
+    if truncated is None:
+        truncated_frac = float("nan")
+    else:
+        truncated = np.asarray(truncated, bool)
+        if truncated.shape != advantages.shape:
+            raise ValueError(f"Learner.update: truncated shape {truncated.shape} != advantages shape "
+                             f"{advantages.shape}")
+        truncated_frac = float(truncated[real].mean())
+    return {"actor/advantage_mean": float(trained.mean()), "actor/advantage_std": float(trained.std()),
+            "actor/frac_zero_std_groups": zero_std, "response/length_mean": float(lengths[real].mean()),
+            "response/length_max": float(lengths[real].max()), "response/truncated_frac": truncated_frac}

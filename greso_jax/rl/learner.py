@@ -1,7 +1,9 @@
 """`Learner`: sharded, jit-compiled GRPO updates over PPO mini-batches and micro-batches, with metrics and train state.
 
-One compiled call is one optimiser update on one mini-batch: its micro-batches are scanned
-inside (exact gradient accumulation), parameters and optimiser state are donated and come back
+In the padded layout one compiled call is one optimiser update on one mini-batch: its
+micro-batches are scanned inside (exact gradient accumulation); the bucketed layout
+(greso_jax.rl.micro_batches) runs one compiled gradient per length bucket into a device
+accumulator, then the optimiser step. Parameters and optimiser state are donated and come back
 with the shardings their logical axes ask for, and a non-finite loss or gradient leaves them
 unchanged. The reference policy (KL term) is evaluated once per `update` call, and only when
 the loss's kl_coef > 0. Every setting is an explicit argument (greso_jax.run.build maps the
@@ -23,11 +25,14 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from greso_jax.models import param_shardings
 from greso_jax.parallel import make_mesh, replicated
-from greso_jax.rl.batch import TrainBatch
+from greso_jax.rl.batch import TrainBatch, batch_statistics, host_arrays
 from greso_jax.rl.logprobs import DEFAULT_CHUNK_SIZE, token_logprobs
 from greso_jax.rl.losses import LossConfig
+from greso_jax.rl.micro_batches import (UPDATE_LAYOUTS, MicroBatch, bucket_lengths, bucketed_micro_batches,
+                                        computed_tokens, row_lengths)
 from greso_jax.rl.optim import OptimizerSettings, learning_rate_at, make_optimizer
-from greso_jax.rl.train_step import MicroBatches, accumulate_gradients, guarded_update
+from greso_jax.rl.train_step import (MicroBatches, Mismatch, accumulate_gradients, guarded_update,
+                                     inverse_denominator, micro_batch_gradient, step_stats, zero_sums)
 from greso_jax.parallel import multihost
 
 log = logging.getLogger(__name__)
@@ -48,7 +53,10 @@ class Learner:
     The model passed in is trained in place: `learner.model` is that same object, current after
     every `update`. `loss` fixes the objective (one compiled update), `optimizer` AdamW and the
     learning-rate schedule; each `update` makes `ppo_epochs` passes, `micro_batch_size` rows per
-    forward/backward. `temperature` is the sampler's, so the importance ratio compares the same
+    forward/backward, laid out by `update_layout` (greso_jax.rl.micro_batches: "padded" computes
+    every row at the batch's width; "bucketed" sorts a mini-batch's rows by length into micro-batches
+    trimmed to buckets at most `bucket_ratio` apart, one compiled gradient per bucket, the same loss
+    and gradient). `temperature` is the sampler's, so the importance ratio compares the same
     tempered policy. With `remat` the model's layers are rematerialised in the backward pass.
     The reference policy for the KL term is `reference_model`, or a frozen copy of the initial
     policy when none is given (only when loss.kl_coef > 0; otherwise nothing is kept).
@@ -56,10 +64,15 @@ class Learner:
 
     def __init__(self, model, *, loss: LossConfig, optimizer: OptimizerSettings, micro_batch_size: int,
                  ppo_epochs: int = 1, temperature: float = 1.0, remat: bool = False, mesh: Mesh | None = None,
-                 reference_model=None, chunk_size: int = DEFAULT_CHUNK_SIZE):
+                 reference_model=None, chunk_size: int = DEFAULT_CHUNK_SIZE, update_layout: str = "padded",
+                 bucket_ratio: float = 1.25):
         if micro_batch_size < 1 or ppo_epochs < 1:
             raise ValueError(f"Learner: micro_batch_size ({micro_batch_size}) and ppo_epochs ({ppo_epochs}) "
                              "must be >= 1")
+        if update_layout not in UPDATE_LAYOUTS or bucket_ratio <= 1:
+            raise ValueError(f"Learner: update_layout {update_layout!r} must be one of {UPDATE_LAYOUTS} and "
+                             f"bucket_ratio ({bucket_ratio}) > 1")
+        self.update_layout, self.bucket_ratio = update_layout, float(bucket_ratio)
         self.loss = loss
         self.optimizer = optimizer
         self.micro_batch_size = int(micro_batch_size)
@@ -176,16 +189,47 @@ class Learner:
         def step(params, opt_state, learning_rate, micro: MicroBatches):
             grads, stats = accumulate_gradients(graphdef, params, micro, loss_cfg, temperature=temperature,
                                                 chunk_size=chunk_size)
-            params, opt_state, grad_norm, skipped = guarded_update(tx, params, opt_state, grads, learning_rate,
-                                                                   stats.loss)
-            metrics = {"actor/loss": stats.loss, "actor/pg_loss": stats.pg_loss, "actor/kl": stats.kl,
-                       "actor/entropy": stats.entropy, "actor/clipfrac_low": stats.clipfrac_low,
-                       "actor/clipfrac_high": stats.clipfrac_high, "actor/grad_norm": grad_norm,
-                       "actor/nonfinite_skipped": skipped}
-            return params, opt_state, metrics
+            return _apply(tx, params, opt_state, grads, learning_rate, stats)
 
         return jax.jit(step, donate_argnums=(0, 1),
                        in_shardings=(self._param_shardings, self._opt_shardings, self._replicated, None),
+                       out_shardings=(self._param_shardings, self._opt_shardings, self._replicated))
+
+    @functools.cached_property
+    def _zero_accumulator_fn(self):
+        """params -> (zero grads, zero LossSums, zero Mismatch): a bucketed mini-batch's starting sums."""
+        return jax.jit(lambda params: (jax.tree.map(jnp.zeros_like, params), zero_sums(), Mismatch.zero()),
+                       out_shardings=(self._param_shardings, self._replicated, self._replicated))
+
+    @functools.cached_property
+    def _micro_gradient_fn(self):
+        """Adds one [m, L] micro-batch's gradient and sums to the accumulator (compiled once per L)."""
+        graphdef, loss_cfg, temperature, chunk_size = self._graphdef, self.loss, self.temperature, self.chunk_size
+
+        def accumulate(params, accumulator, micro: MicroBatches, inv_denominator):
+            grads, sums, mismatch = micro_batch_gradient(graphdef, params, micro, loss_cfg, inv_denominator,
+                                                         temperature=temperature, chunk_size=chunk_size)
+            grads_acc, sums_acc, mismatch_acc = accumulator
+            return (jax.tree.map(jnp.add, grads_acc, grads), jax.tree.map(jnp.add, sums_acc, sums),
+                    mismatch_acc.combine(mismatch))
+
+        accumulator = (self._param_shardings, self._replicated, self._replicated)
+        return jax.jit(accumulate, donate_argnums=(1,),
+                       in_shardings=(self._param_shardings, accumulator, None, self._replicated),
+                       out_shardings=accumulator)
+
+    @functools.cached_property
+    def _apply_fn(self):
+        """The optimiser step on a bucketed mini-batch's accumulated gradient."""
+        tx = self.tx
+
+        def apply(params, opt_state, learning_rate, accumulator, inv_denominator):
+            grads, sums, mismatch = accumulator
+            return _apply(tx, params, opt_state, grads, learning_rate, step_stats(sums, mismatch, inv_denominator))
+
+        return jax.jit(apply, donate_argnums=(0, 1),
+                       in_shardings=(self._param_shardings, self._opt_shardings, self._replicated,
+                                     (self._param_shardings, self._replicated, self._replicated), self._replicated),
                        out_shardings=(self._param_shardings, self._opt_shardings, self._replicated))
 
     # --------------------------------------------------------------------------------- update
@@ -198,10 +242,11 @@ class Learner:
 
         truncated bool [B] (optional) feeds response/truncated_frac (NaN without it). group_ids
         int [B] (optional): actor/frac_zero_std_groups is the fraction of groups whose advantages
-        are all 0; without it, the fraction of rows with advantage 0.
+        are all 0; without it, the fraction of rows with advantage 0. actor/logprob_mismatch(_max)
+        are the first update's: the sampler's log-probs against the learner's before any step.
         """
         start = time.perf_counter()
-        arrays = _host_batch(batch)
+        arrays = host_arrays(batch)
         b, t = arrays["input_ids"].shape
         micro = self.micro_batch_size
         if num_minibatches < 1 or b % num_minibatches:
@@ -210,7 +255,35 @@ class Learner:
         if mini_rows % micro:
             raise ValueError(f"Learner.update: a mini-batch of {mini_rows} rows ({b} / {num_minibatches}) is not a "
                              f"multiple of rl.micro_batch_size {micro}")
+        learning_rate = multihost.put(learning_rate_at(self._step, self.optimizer), self._replicated)
+        if self.update_layout == "bucketed":
+            plan = bucketed_micro_batches(row_lengths(arrays["attention_mask"]), num_minibatches=num_minibatches,
+                                          micro_rows=micro, buckets=bucket_lengths(t, self.bucket_ratio))
+            per_update, computed = self._bucketed_updates(arrays, plan, learning_rate), computed_tokens(plan)
+        else:
+            per_update, computed = self._padded_updates(arrays, num_minibatches, learning_rate), b * t
+        per_update = jax.device_get(per_update)
+        self._step += 1
+        self._nnx_update_model()
+        elapsed = time.perf_counter() - start
 
+        metrics = {name: float(np.mean([m[name] for m in per_update])) for name in per_update[0]}
+        for name in ("actor/logprob_mismatch", "actor/logprob_mismatch_max"):
+            metrics[name] = float(per_update[0][name])
+        metrics["actor/nonfinite_skipped"] = float(sum(m["actor/nonfinite_skipped"] for m in per_update))
+        metrics["actor/num_updates"] = float(len(per_update))
+        metrics["actor/lr"] = float(jax.device_get(learning_rate))
+        metrics.update(batch_statistics(arrays, truncated, group_ids))
+        real_tokens = float(arrays["attention_mask"][arrays["response_lengths"] > 0].sum())
+        metrics["actor/update_tokens"] = float(computed)  # one pass over the batch, padding included
+        metrics["actor/update_padding_share"] = 1.0 - real_tokens / computed
+        metrics["perf/train_tokens_per_s"] = self.ppo_epochs * float(arrays["attention_mask"].sum()) / elapsed
+        return metrics
+
+    def _padded_updates(self, arrays: dict, num_minibatches: int, learning_rate) -> list[dict]:
+        """Every row at the batch's width T, each mini-batch's [M, m, T] micro-batches scanned in one call."""
+        b, t = arrays["input_ids"].shape
+        micro, mini_rows = self.micro_batch_size, b // num_minibatches
         ref_logprobs = None
         if self._reference is not None:
             ref_logprobs = self._micro_logprobs(*self._reference, arrays["input_ids"], arrays["attention_mask"])
@@ -231,78 +304,68 @@ class Learner:
                 advantages=multihost.put(arrays["advantages"][rows].reshape(num_micro, micro), adv_sharding),
                 ref_logprobs=None if ref_logprobs is None else tokens(ref_logprobs))
 
-        step_fn = self._step_fn
-        learning_rate = multihost.put(learning_rate_at(self._step, self.optimizer), self._replicated)
         per_update = []
         for _ in range(self.ppo_epochs):
             for index in range(num_minibatches):
-                self._params, self._opt_state, metrics = step_fn(self._params, self._opt_state, learning_rate,
-                                                                 minibatch(index))
+                self._params, self._opt_state, metrics = self._step_fn(self._params, self._opt_state, learning_rate,
+                                                                       minibatch(index))
                 per_update.append(metrics)
-        per_update = jax.device_get(per_update)
-        self._step += 1
-        self._nnx_update_model()
-        elapsed = time.perf_counter() - start
+        return per_update
 
-        metrics = {name: float(np.mean([m[name] for m in per_update])) for name in per_update[0]}
-        metrics["actor/nonfinite_skipped"] = float(sum(m["actor/nonfinite_skipped"] for m in per_update))
-        metrics["actor/num_updates"] = float(len(per_update))
-        metrics["actor/lr"] = float(jax.device_get(learning_rate))
-        metrics.update(_batch_metrics(arrays, truncated, group_ids))
-        metrics["perf/train_tokens_per_s"] = self.ppo_epochs * float(arrays["attention_mask"].sum()) / elapsed
-        return metrics
+    def _bucketed_updates(self, arrays: dict, plan: list[list[MicroBatch]], learning_rate) -> list[dict]:
+        """Each mini-batch of `plan` as its [m, L] micro-batches, one compiled gradient per bucket L,
+        accumulated on the device, then one optimiser step. A mini-batch whose micro-batches share
+        one L (one micro-batch, or rows of similar length) runs as the padded layout does: its
+        [M, m, L] micro-batches scanned in one call."""
+        micro = self.micro_batch_size
+
+        def on_mesh(rows: np.ndarray, length: int) -> MicroBatches:
+            """rows int [m] (one micro-batch) or [M, m] (a mini-batch of one length) -> the batch's
+            fields at those rows, trimmed to L columns, on the mesh."""
+            lead = rows.ndim - 1
+            tokens = {k: multihost.put(arrays[k][rows, :length], self._rows_sharding(micro, rows.ndim + 1, lead))
+                      for k in ("input_ids", "attention_mask", "response_mask", "old_logprobs")}
+            ref = None
+            if self._reference is not None:  # the reference forward at the same shape
+                ids, mask = (tokens[k] if lead else tokens[k][None] for k in ("input_ids", "attention_mask"))
+                ref = self._logprobs_fn(*self._reference, ids, mask)
+                ref = ref if lead else ref[0]
+            return MicroBatches(**tokens, ref_logprobs=ref,
+                                advantages=multihost.put(arrays["advantages"][rows],
+                                                         self._rows_sharding(micro, rows.ndim, lead)))
+
+        steps = []  # per mini-batch: (its micro-batches on the mesh, its inverse denominator)
+        for mini in plan:
+            inv_denominator = np.float32(inverse_denominator(
+                arrays["response_mask"][np.concatenate([mb.rows for mb in mini])], self.loss))
+            if len({mb.length for mb in mini}) == 1:
+                batches = on_mesh(np.stack([mb.rows for mb in mini]), mini[0].length)
+            else:
+                batches = [on_mesh(mb.rows, mb.length) for mb in mini]
+            steps.append((batches, multihost.put(inv_denominator, self._replicated)))
+
+        per_update = []
+        for _ in range(self.ppo_epochs):
+            for batches, inv_denominator in steps:
+                if isinstance(batches, MicroBatches):
+                    self._params, self._opt_state, metrics = self._step_fn(self._params, self._opt_state,
+                                                                           learning_rate, batches)
+                else:
+                    accumulator = self._zero_accumulator_fn(self._params)
+                    for batch in batches:
+                        accumulator = self._micro_gradient_fn(self._params, accumulator, batch, inv_denominator)
+                    self._params, self._opt_state, metrics = self._apply_fn(self._params, self._opt_state,
+                                                                            learning_rate, accumulator, inv_denominator)
+                per_update.append(metrics)
+        return per_update
 
 
-def _host_batch(batch: TrainBatch) -> dict[str, np.ndarray]:
-    """NumPy views of the batch's fields with their shapes checked against input_ids [B, T]."""
-    arrays = {
-        "input_ids": np.asarray(batch.input_ids, np.int32),
-        "attention_mask": np.asarray(batch.attention_mask, np.int32),
-        "response_mask": np.asarray(batch.response_mask, np.float32),
-        "old_logprobs": np.asarray(batch.old_logprobs, np.float32),
-        "advantages": np.asarray(batch.advantages, np.float32),
-    }
-    if arrays["input_ids"].ndim != 2:
-        raise ValueError(f"TrainBatch.input_ids must be [B, T], got shape {arrays['input_ids'].shape}")
-    b, t = arrays["input_ids"].shape
-    for name in ("attention_mask", "response_mask", "old_logprobs"):
-        if arrays[name].shape != (b, t):
-            raise ValueError(f"TrainBatch.{name} has shape {arrays[name].shape}, expected {(b, t)}")
-    if arrays["advantages"].shape != (b,):
-        raise ValueError(f"TrainBatch.advantages has shape {arrays['advantages'].shape}, expected {(b,)}")
-    lengths = batch.response_lengths
-    arrays["response_lengths"] = (arrays["response_mask"].sum(axis=1) if lengths is None
-                                  else np.asarray(lengths, np.float32))
-    return arrays
-
-
-def _batch_metrics(arrays: dict, truncated, group_ids) -> dict[str, float]:
-    """Advantage and response statistics of the train batch (host side). Rows with response
-    length 0 are padding rows (no response was generated) and are left out of every statistic;
-    advantage statistics cover the rows that enter the loss."""
-    advantages, lengths = arrays["advantages"], arrays["response_lengths"]
-    real = lengths > 0
-    if not real.any():
-        real = np.ones_like(real)
-    in_loss = arrays["response_mask"].sum(axis=1) > 0
-    trained = advantages[in_loss] if in_loss.any() else np.zeros(1, np.float32)
-    if group_ids is None:
-        zero_std = float(np.mean(advantages[real] == 0))
-    else:
-        group_ids = np.asarray(group_ids)
-        if group_ids.shape != advantages.shape:
-            raise ValueError(f"Learner.update: group_ids shape {group_ids.shape} != advantages shape "
-                             f"{advantages.shape}")
-        groups = np.unique(group_ids[real])
-        zero_std = float(np.mean([np.all(advantages[real & (group_ids == g)] == 0) for g in groups]))
-    if truncated is None:
-        truncated_frac = float("nan")
-    else:
-        truncated = np.asarray(truncated, bool)
-        if truncated.shape != advantages.shape:
-            raise ValueError(f"Learner.update: truncated shape {truncated.shape} != advantages shape "
-                             f"{advantages.shape}")
-        truncated_frac = float(truncated[real].mean())
-    return {"actor/advantage_mean": float(trained.mean()), "actor/advantage_std": float(trained.std()),
-            "actor/frac_zero_std_groups": zero_std, "response/length_mean": float(lengths[real].mean()),
-            "response/length_max": float(lengths[real].max()), "response/truncated_frac": truncated_frac}
+def _apply(tx, params, opt_state, grads, learning_rate, stats) -> tuple:
+    """The guarded optimiser step and the update's metrics (traced inside both layouts' compiled calls)."""
+    params, opt_state, grad_norm, skipped = guarded_update(tx, params, opt_state, grads, learning_rate, stats.loss)
+    metrics = {"actor/loss": stats.loss, "actor/pg_loss": stats.pg_loss, "actor/kl": stats.kl,
+               "actor/entropy": stats.entropy, "actor/clipfrac_low": stats.clipfrac_low,
+               "actor/clipfrac_high": stats.clipfrac_high, "actor/grad_norm": grad_norm,
+               "actor/nonfinite_skipped": skipped, "actor/logprob_mismatch": stats.logprob_mismatch,
+               "actor/logprob_mismatch_max": stats.logprob_mismatch_max}
+    return params, opt_state, metrics

@@ -59,7 +59,8 @@ def learner_from_config(model, config, mesh: Mesh | None = None, *, reference_mo
     return Learner(model, loss=loss_config(config), optimizer=optimizer_settings(config),
                    micro_batch_size=int(config.rl.micro_batch_size), ppo_epochs=int(config.rl.ppo_epochs),
                    temperature=float(config.sampling.temperature), remat=bool(config.model.remat), mesh=mesh,
-                   reference_model=reference_model)
+                   reference_model=reference_model, update_layout=config.rl.update_layout,
+                   bucket_ratio=float(config.rl.update_bucket_ratio))
 
 
 def decode_schedule(config) -> dict:

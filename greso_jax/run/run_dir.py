@@ -39,7 +39,8 @@ MAY_CHANGE = ("train.num_steps", "train.quiet", "train.host_check_every_steps", 
               "train.warmstart_cache_dir",  # where the warm start is cached; its key says what it is
               "sampling.max_rows_per_call", "sampling.prompt_length_buckets", "sampling.row_buckets",
               "sampling.min_compact_rows", "sampling.compact_shrink", "sampling.live_prompts",
-              "sampling.response_chunks")
+              "sampling.response_chunks",
+              "rl.update_layout", "rl.update_bucket_ratio")  # the same update, to float rounding
 
 
 class RunDirError(ConfigError):
