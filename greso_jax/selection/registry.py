@@ -73,12 +73,32 @@ def register_variant(name: str, strategy: str, *, baseline: bool = False, **over
     return variant
 
 
+SIZED = "@"  # "NAME@SIZER": variant or strategy NAME with its passes sized by SIZER (selection.pass_sizing)
+
+
 def variant(name: str) -> Variant:
-    """A named variant, or a registered strategy's name as the variant with its defaults."""
+    """A named variant, or a registered strategy's name as the variant with its defaults; either one
+    followed by "@SIZER" is it with `pass_sizing=SIZER` (comparisons at equal sizing)."""
+    base, sized, sizer = name.partition(SIZED)
+    if sized:
+        run = variant(base)
+        choices = sizing_choices(run.strategy)
+        if sizer not in choices:
+            raise ValueError(f"{name!r}: {run.strategy} sizes its passes by one of {list(choices)} "
+                             f"(selection.{run.strategy}.pass_sizing), not {sizer!r}")
+        return Variant(name, run.strategy, tuple(sorted({**run.settings, "pass_sizing": sizer}.items())))
     if name in VARIANTS:
         return VARIANTS.get(name)
     STRATEGIES.get(name)  # raises naming the known strategies
     return Variant(name, name)
+
+
+def sizing_choices(strategy: str) -> tuple[str, ...]:
+    """The pass sizers strategy can be run with (its settings' `pass_sizing` choices); () when its passes
+    are its own (vanilla, AERO, the oracle)."""
+    settings = STRATEGIES.get(strategy).Settings
+    fields = {} if settings is None else {f.name: f for f in dataclasses.fields(settings)}
+    return tuple(fields["pass_sizing"].metadata["spec"].choices) if "pass_sizing" in fields else ()
 
 
 def named_variants(strategy: str | None = None) -> tuple[Variant, ...]:
