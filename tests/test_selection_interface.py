@@ -130,7 +130,8 @@ def test_the_knob_metric_names():
 def test_stream_ids_are_one_table_with_the_old_values():
     table = {k: v for k, v in vars(Stream).items() if k.isupper() and isinstance(v, int)}
     assert table == {"GRESO_KEEP": 1, "AERO_REJECT": 2, "MOPPS_THOMPSON": 3, "POSTERIOR_KEEP": 3,
-                     "MOPPS_REFERENCE": 4, "SIM_POPULATION": 7, "SIM_SHUFFLE": 11, "SIM_ROLLOUTS": 101}
+                     "MOPPS_REFERENCE": 4, "SIM_POPULATION": 7, "SIM_SHUFFLE": 11, "SIM_LEVELS": 13,
+                     "SIM_ROLLOUTS": 101}
     shared = {frozenset(pair) for pair in Stream.SHARED}
     for a, b in [(a, b) for a in table for b in table if a < b and table[a] == table[b]]:
         assert frozenset((a, b)) in shared, (a, b)
