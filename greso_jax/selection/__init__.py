@@ -33,7 +33,8 @@ __all__ = [
     "MoppsSelector", "MoppsSettings", "OUTCOME_ALL_CORRECT", "OUTCOME_ALL_INCORRECT", "OUTCOME_MIXED",
     "OUTCOME_NONE", "OracleSelector", "PassConfig", "PassRequest", "PosteriorSelector", "PosteriorSettings",
     "PulledPrompts", "STRATEGIES", "ScoredPass", "Selector", "StepResult", "Stream", "StrategySettings", "VARIANTS",
-    "Variant", "VanillaSelector", "baseline", "bound", "causal_bound", "default_settings", "make_selector", "named_variants",
+    "Variant", "VanillaSelector", "baseline", "bound", "causal_bound", "default_settings", "make_selector",
+    "named_variants",
     "next_pass_size", "register_strategy", "register_variant", "resolve_strategy", "run_selection_step",
     "settings_of", "training_strategies", "training_strategy_names", "variant", "zero_variance_chance",
 ]

@@ -309,7 +309,8 @@ class Selector:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        expected = set(self._SCALAR_STATE) | {"last_outcome"} | set(self.sizer.state_dict()) | set(self._history_state())
+        expected = (set(self._SCALAR_STATE) | {"last_outcome"} | set(self.sizer.state_dict())
+                    | set(self._history_state()))
         if set(state) != expected:
             missing, extra = sorted(expected - set(state)), sorted(set(state) - expected)
             raise ValueError(f"{self.strategy}.load_state_dict: keys differ (missing {missing}, unexpected {extra})")

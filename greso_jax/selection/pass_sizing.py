@@ -23,7 +23,6 @@ from typing import Any, ClassVar, Sequence
 
 from greso_jax.core.registry import Registry
 from greso_jax.core.specs import STR, Spec, field
-from greso_jax.selection.settings import PassConfig
 
 PASS_MARGIN = 1.25  # over-provision each adaptive follow-up pass so one more pass usually fills the batch
 RATE_MARGIN = 1.05  # the rate-based sizers' over-provisioning: their rate is an estimate of the kept pool itself
@@ -60,11 +59,12 @@ def next_pass_size(*, remaining: int, pass_groups: int, pass_zero_variance: int,
 
 class PassSizer:
     """Sizes the passes of one selector. `first` sizes a step's first pass, `follow_up` the next one when
-    `remaining` usable groups are missing; `observe` sees every pass's new groups; state is checkpointed."""
+    `remaining` usable groups are missing; `observe` sees every pass's new groups; state is checkpointed.
+    passes: the shared pass settings (`settings.PassConfig`, selection.*)."""
 
     name: ClassVar[str] = ""
 
-    def __init__(self, passes: PassConfig, *, margin: float = RATE_MARGIN, max_pass_factor: float = MAX_PASS_FACTOR):
+    def __init__(self, passes, *, margin: float = RATE_MARGIN, max_pass_factor: float = MAX_PASS_FACTOR):
         self.passes, self.margin, self.max_pass_factor = passes, float(margin), float(max_pass_factor)
         self.train_batch_size = 1  # set by each step's first pass
 
@@ -124,7 +124,7 @@ class AdaptiveSizer(PassSizer):
 class ObservedRateSizer(PassSizer):
     """missing · margin / rate, rate the informative share of rolled-out groups, decayed by RATE_MEMORY per pass."""
 
-    def __init__(self, passes: PassConfig, **bounds):
+    def __init__(self, passes, **bounds):
         super().__init__(passes, **bounds)
         self.informative = self.groups = 0.0  # decayed counts over passes
 
@@ -184,5 +184,6 @@ def sizing_field(default: str, *, predicts: bool = False):
                  + (", predicted" if predicts else "") + ", exact); the default is its paper's")
 
 
-def make_sizer(name: str, passes: PassConfig, **bounds) -> PassSizer:
+def make_sizer(name: str, passes, **bounds) -> PassSizer:
+    """The sizer registered as `name` for `passes` (a PassConfig); bounds: margin, max_pass_factor."""
     return SIZERS.get(name)(passes, **bounds)

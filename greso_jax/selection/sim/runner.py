@@ -3,7 +3,8 @@
 Every registered strategy and named variant runs through `selection.run_selection_step`, the
 trainer's code path, with what it declares it takes (`extras`) from what only the simulator
 knows: the next outcomes (the oracle), the true rates (known_rate), and the prompts' observable
-levels (noisy difficulty bins, never the latent class). Beside the costs it measures what a skip was worth, since the simulator knows the group
+levels (noisy difficulty bins, never the latent class). Beside the costs it measures what a skip
+was worth, since the simulator knows the group
 a skipped prompt would have had: skip precision, coverage and, for a strategy whose prediction
 is a chance, its calibration.
 """
@@ -17,8 +18,8 @@ import numpy as np
 from greso_jax.selection.base import OUTCOME_MIXED
 from greso_jax.selection.driver import run_selection_step
 from greso_jax.selection.groups import PulledPrompts, ScoredPass
-from greso_jax.selection.registry import (SIZED, STRATEGIES, baseline, bound, causal_bound, default_settings, make_selector,
-                                          named_variants, sizing_choices, variant)
+from greso_jax.selection.registry import (SIZED, STRATEGIES, baseline, bound, causal_bound, default_settings,
+                                          make_selector, named_variants, sizing_choices, variant)
 from greso_jax.selection.settings import PassConfig
 from greso_jax.selection.sim.population import BernoulliRollouts, LatentPopulation, PromptStream
 
@@ -42,7 +43,8 @@ def run_strategy(name: str, settings: SimSettings, fractions: dict[str, float] |
 
     fractions: the population's class fractions (None: CLASS_FRACTIONS; see `calibrated_fractions`).
     levels: prompts carry their observable level (`LatentPopulation.level`: a noisy difficulty bin,
-    as the arithmetic pools carry difficulty), for strategies that take levels. strategy_overrides: fields of the strategy's own section (e.g.
+    as the arithmetic pools carry difficulty), for strategies that take levels. strategy_overrides:
+    fields of the strategy's own section (e.g.
     delta_p=0.02 for GRESO), over the variant's.
     """
     run = variant(name)
