@@ -96,6 +96,12 @@ def test_the_comparison_needs_the_baseline_and_variants_map_to_runs(tmp_path):
         _, overrides = compare_strategies.run_arguments("/x/c.py", strategy, 0, [])
         assert "--config.eval.skip_audit_fraction=0.1" in overrides
     assert compare_strategies.default_variants()[:3] == ["vanilla", "ds_fixed", "dynamic_sampling"]
+    assert "mopps_authors" in compare_strategies.default_variants()  # beside the DS-filtered mopps
+    config, overrides = compare_strategies.run_arguments("/x/c.py", "greso@observed_rate", 0, [])
+    assert config == "/x/c.py:greso" and "--config.selection.greso.pass_sizing=observed_rate" in overrides
+    _, overrides = compare_strategies.run_arguments("/x/c.py", "mopps_authors", 0, [])
+    assert {"--config.selection.mopps.filter_groups=False",
+            "--config.selection.mopps.pass_sizing=exact"} <= set(overrides)
 
 
 def test_report_has_the_tables_plots_and_json(tmp_path):
@@ -134,7 +140,9 @@ def test_simulator_is_calibrated_to_vanilla_and_set_beside_the_trainer():
     shares = {"selection/easy_ratio": 0.3, "selection/hard_ratio": 0.4}
     runs = {"vanilla": {0: _records([0.2, 0.3, 0.35], 64, 1.0, **shares)},
             "ds_fixed": {0: _records([0.2, 0.3, 0.4], 200, 2.0, **shares)},
-            "greso": {0: _records([0.2, 0.3, 0.4], 100, 1.0, **shares)}}
+            "greso": {0: _records([0.2, 0.3, 0.4], 100, 1.0, **shares)},
+            "greso@observed_rate": {0: _records([0.2, 0.3, 0.4], 90, 1.0, **shares)},
+            "mopps_authors": {0: _records([0.2, 0.3, 0.4], 64, 1.0, **shares)}}
     config = {"data": {"arith_num_train": 300}, "train": {"num_steps": 12, "train_batch_size": 16},
               "rl": {"group_size": 8},
               "selection": {"rollout_batch_size": 24, "min_pass_size": 4, "max_passes": 6}}
@@ -143,12 +151,15 @@ def test_simulator_is_calibrated_to_vanilla_and_set_beside_the_trainer():
     assert sim["fractions"]["solved"] == pytest.approx(0.3) and sim["fractions"]["never"] == pytest.approx(0.4)
     assert sum(sim["fractions"].values()) == pytest.approx(1.0)
     rows = sim["strategies"]
-    assert set(rows) == {"vanilla", "ds_fixed", "greso"}
+    assert set(rows) == {"vanilla", "ds_fixed", "greso", "greso@observed_rate", "mopps_authors"}
     assert rows["ds_fixed"]["sim_vs_ds_fixed"] == 1.0 and rows["greso"]["trainer_vs_ds_fixed"] == pytest.approx(2.0)
     assert rows["vanilla"]["sim_responses"] == 12 * 16 * 8  # vanilla rolls out exactly one batch per step
     assert np.isnan(rows["vanilla"]["sim_efficiency_vs_oracle"])  # trains fewer informative groups: no saving
     assert rows["ds_fixed"]["sim_efficiency_vs_oracle"] == 0.0
-    assert "| greso |" in compare_strategies.simulator_table(sim)
+    assert rows["mopps_authors"]["sim_responses"] == 12 * 16 * 8  # one unfiltered pass of the batch
+    table = compare_strategies.simulator_table(sim)
+    assert "| greso |" in table and "| greso@observed_rate |" in table
+    assert "**At equal sizing**" in table and "| posterior |" in table and "observed_rate" in table
 
 
 def test_repeated_groups_and_distinct_prompts_per_run():

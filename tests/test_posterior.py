@@ -290,3 +290,38 @@ def test_the_supply_floor_keeps_a_share_of_the_pool_and_stops_the_threshold_wind
     selector.begin_step(3)
     restored.begin_step(3)
     np.testing.assert_array_equal(restored.keep_probabilities(ids), selector.keep_probabilities(ids))
+
+
+@pytest.mark.parametrize("aged_steps", [0, 140, 280])
+def test_the_fitted_prior_does_not_widen_as_the_evidence_ages(aged_steps):
+    """A Beta(0.15, 0.15) pool, one group of 8 each, aged by step_decay: decay weighs the evidence but does not
+    make a success fraction noisier, so the fit stays near the truth (it went to Beta(0.32, 0.32) by 280 steps
+    when the decayed counts were taken as the binomial sample size)."""
+    rng = np.random.default_rng(0)
+    num_prompts = 20_000
+    rates = rng.beta(0.15, 0.15, num_prompts)
+    selector = make_selector("posterior", num_prompts=num_prompts, group_size=8, seed=0)
+    selector.begin_step(0)
+    selector.observe_counts(np.arange(num_prompts), rng.binomial(8, rates), np.full(num_prompts, 8))
+    for step in range(1, aged_steps + 2):
+        selector.begin_step(step)  # each step multiplies the evidence by step_decay (0.995)
+    assert selector.correct.sum() + selector.incorrect.sum() == pytest.approx(
+        8 * num_prompts * 0.995 ** (aged_steps + 1), rel=1e-3)
+    (alpha,), (beta,) = selector.prior()
+    assert alpha == pytest.approx(0.15, abs=0.02) and beta == pytest.approx(0.15, abs=0.02)
+
+
+def test_a_u_shaped_level_keeps_its_unseen_prompts_a_one_sided_one_judges_them():
+    """A coarse level (a data source mixing solved and unsolved prompts) has a U-shaped prior whose chance of
+    zero variance is above the threshold; its unseen prompts are still tried, since only their first rollout
+    tells which side they are on. A mastered level's unseen prompts are skipped but for exploration."""
+    levels = np.repeat([0, 1], 100)
+    selector = make_selector("posterior", num_prompts=200, group_size=8, seed=0, prompt_levels=levels,
+                             settings={"threshold": 0.5})
+    selector.begin_step(1)
+    # Level 0 mixes 25 always-solved and 25 never-solved prompts; level 1's 50 seen prompts are all solved.
+    selector.observe_counts(np.r_[0:50, 100:150], np.array([8] * 25 + [0] * 25 + [8] * 50), np.full(100, 8))
+    selector.end_step()
+    selector.begin_step(2)
+    assert selector.zero_variance_chances(np.array([60]))[0] > 0.9  # the mixed level's base rate
+    np.testing.assert_array_equal(selector.keep_probabilities(np.array([60, 160])), [1.0, 0.005])

@@ -221,3 +221,33 @@ def test_empty_pull_ends_the_step_early():
     result = run_selection_step(selector, 0, pull_prompts=lambda n: PulledPrompts(np.zeros(0, np.int64), []),
                                 rollout=world.rollout, train_batch_size=4)
     assert result.groups == [] and result.metrics["selection/passes"] == 0 and not result.full_batch
+
+
+def test_aero_rescue_adds_small_increments_until_the_first_success():
+    """Default n_extra 2 of G=8 after a Stage I of 4: a prompt solved in the first round leaves the rounds, the
+    unsolved go on to the budget; with n_extra 4 the same step is one round that completes every group."""
+    patterns = {0: (0,), 1: (4,), 2: ()}  # solved in Stage I, solved at the first rescue response, never
+    world = ScriptedWorld(3, lambda p: patterns[p])
+    result = step(build("aero", world, train_batch_size=3, group_size=8), world, 0, 3)
+    assert [(ids.tolist(), g) for ids, g in world.calls] == [([0, 1, 2], 4), ([1, 2], 2), ([2], 2)]
+    assert [g.correct.size for g in result.groups] == [4, 6, 8]
+    assert result.metrics["rollout/num_responses"] == 12 + 4 + 2
+    world = ScriptedWorld(3, lambda p: patterns[p])
+    step(build("aero", world, train_batch_size=3, group_size=8, n_extra=4), world, 0, 3)
+    assert [(ids.tolist(), g) for ids, g in world.calls] == [([0, 1, 2], 4), ([1, 2], 4)]
+
+
+def test_mopps_as_its_authors_run_it_is_one_unfiltered_pass_of_the_batch():
+    """mopps_authors: one pass of train_batch_size kept prompts, zero-variance groups trained on, no follow-up;
+    the DS-filtered mopps drops them and pulls again."""
+    from greso_jax.selection import variant
+    world = ScriptedWorld(100, by_id_mod_4)
+    authors = build("mopps", world, train_batch_size=6, rollout_batch_size=9, min_pass_size=2,
+                    **variant("mopps_authors").settings)
+    result = step(authors, world, 0, 6)
+    assert [g for _, g in world.calls] == [4] and world.calls[0][0].size == 6
+    assert len(result.groups) == 6 and result.metrics["selection/passes"] == 1
+    assert result.metrics["selection/effective_prompts"] == sum(g.has_variance for g in result.groups)
+    world = ScriptedWorld(100, by_id_mod_4)
+    filtered = step(build("mopps", world, train_batch_size=6, rollout_batch_size=9, min_pass_size=2), world, 0, 6)
+    assert world.calls[0][0].size == 9 and all(g.has_variance for g in filtered.groups)

@@ -11,6 +11,7 @@ import pytest
 from greso_jax.config import get_config, validate
 from greso_jax.run.build import selector_from_config
 from greso_jax.selection import (ALIASES, STRATEGIES, GresoSelector, GresoSettings, Selector, Stream, baseline, bound,
+                                 causal_bound,
                                  make_selector, named_variants, zero_variance_chance)
 from greso_jax.selection.registry import variant
 
@@ -20,7 +21,8 @@ SIMULATOR = {"outcome": lambda step, ids: np.zeros(len(ids), np.int64),
 BASE_STATE = {"last_outcome", "num_prompts", "seed", "step", "step_easy", "step_groups", "step_hard",
               "step_repeated_easy", "step_repeated_hard", "step_revisited_easy", "step_revisited_hard",
               "step_skipped_easy", "step_skipped_hard", "total_responses", "total_tokens"}
-POSTERIOR_STATE = {"calibration", "correct", "incorrect", "step_informed", "step_predicted_kept",
+POSTERIOR_STATE = {"calibration", "correct", "evidence_square_weight", "incorrect", "step_informed",
+                   "step_predicted_kept",
                    "step_predicted_kept_zero_variance", "threshold"}
 STATE_KEYS = {"vanilla": set(), "dynamic_sampling": set(), "greso": {"p_easy", "p_hard", "streak"},
               "aero": {"failures", "step_posterior_groups", "step_rejected_responses", "successes"},
@@ -130,7 +132,8 @@ def test_the_knob_metric_names():
 def test_stream_ids_are_one_table_with_the_old_values():
     table = {k: v for k, v in vars(Stream).items() if k.isupper() and isinstance(v, int)}
     assert table == {"GRESO_KEEP": 1, "AERO_REJECT": 2, "MOPPS_THOMPSON": 3, "POSTERIOR_KEEP": 3,
-                     "MOPPS_REFERENCE": 4, "SIM_POPULATION": 7, "SIM_SHUFFLE": 11, "SIM_ROLLOUTS": 101}
+                     "MOPPS_REFERENCE": 4, "SIM_POPULATION": 7, "SIM_SHUFFLE": 11, "SIM_LEVELS": 13,
+                     "SIM_ROLLOUTS": 101}
     shared = {frozenset(pair) for pair in Stream.SHARED}
     for a, b in [(a, b) for a in table for b in table if a < b and table[a] == table[b]]:
         assert frozenset((a, b)) in shared, (a, b)
@@ -150,7 +153,8 @@ def test_the_alias_is_resolved_once_in_validation():
 def test_the_registry_names_the_baseline_the_bound_and_the_variants():
     assert baseline().name == "ds_fixed" and baseline().strategy == "dynamic_sampling"
     assert baseline().settings == {"pass_sizing": "fixed"} and bound() == "oracle"
-    assert [v.name for v in named_variants()] == ["ds_fixed", "greso_patient"]
+    assert causal_bound() == "known_rate" and STRATEGIES.get(causal_bound()).simulation_only
+    assert [v.name for v in named_variants()] == ["ds_fixed", "greso_patient", "mopps_authors"]
     assert variant("greso").settings == {} and variant("ds_fixed") == baseline()
     fixed = build("dynamic_sampling", **variant("ds_fixed").settings)
     assert fixed.follow_up_pass_size(5, []) == fixed.pass_config.rollout_batch_size

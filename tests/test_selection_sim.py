@@ -111,3 +111,40 @@ def test_a_small_pool_is_re_rolled_within_a_step_unless_once_per_step():
     assert cycled["repeated_groups"] > 0  # GRESO skips most of the pool and meets its kept prompts again
     once = sim.run_strategy("greso", dataclasses.replace(settings, once_per_step=True))
     assert once["repeated_groups"] == 0
+
+
+def test_levels_are_observable_difficulty_bins_not_the_latent_class():
+    population = sim.LatentPopulation(5000, 200, seed=0)
+    level, kind = population.level, population.kind
+    assert set(level.tolist()) == set(range(5)) and np.bincount(level).min() >= 900  # quantile bins
+    start = population.success(np.arange(5000), 0)
+    means = [start[level == k].mean() for k in range(5)]
+    assert means == sorted(means)  # a level says how hard its prompts start out ...
+    for k in range(5):  # ... not which class they are: every level mixes classes, and rates vary within it
+        assert np.bincount(kind[level == k], minlength=5).max() < 0.9 * np.count_nonzero(level == k)
+        assert population.start[level == k].std() > 0.5  # in logits
+    # The never and late classes start alike, so they share levels.
+    never, late = kind == list(sim.CLASS_FRACTIONS).index("never"), kind == list(sim.CLASS_FRACTIONS).index("late")
+    assert np.bincount(level[never], minlength=5).argmax() == np.bincount(level[late], minlength=5).argmax()
+
+
+def test_the_sizing_grid_runs_every_selector_with_every_sizer_it_can_use():
+    settings = sim.SimSettings(num_prompts=400, steps=12, train_batch_size=16, rollout_batch_size=24,
+                               min_pass_size=4, seed=1)
+    grid = sim.sizing_grid(settings)
+    assert {"ds_fixed", "oracle", "greso@observed_rate", "posterior@predicted", "known_rate@exact"} <= set(grid)
+    assert "greso@predicted" not in grid and not any(k.startswith(("vanilla@", "aero@")) for k in grid)
+    assert grid["posterior@predicted"]["own_sizing"] and not grid["posterior@observed_rate"]["own_sizing"]
+    table = sim.sizing_table(grid)
+    assert set(table) == {"dynamic_sampling", "greso", "mopps", "posterior", "known_rate"}
+    assert table["dynamic_sampling"]["fixed"][0] == 0.0  # the baseline itself
+    assert all(vs_known == pytest.approx(1.0) for _, vs_known in table["known_rate"].values())
+    assert all(vs_oracle < 1 for row in table.values() for vs_oracle, _ in row.values())
+
+
+def test_mopps_as_its_authors_run_it_trains_one_unfiltered_batch_per_step():
+    settings = sim.SimSettings(num_prompts=400, steps=12, train_batch_size=16, rollout_batch_size=24,
+                               min_pass_size=4, seed=1)
+    authors = sim.run_strategy("mopps_authors", settings)
+    assert authors["responses"] == 12 * 16 * 8 and authors["mean_passes"] == 1.0
+    assert authors["mean_batch"] == 16 and authors["mean_effective_batch"] < 16  # zero-variance groups trained

@@ -7,8 +7,10 @@ equal accuracy (responses, tokens and time to reach a target), with each selecto
 
 Each run is `python -m greso_jax.train --config CONFIG:STRATEGY --config.seed=S --workdir
 ROOT/VARIANT/seedS` with the same config for all (extra --config.* flags go to every run); a named
-variant (the registry's, e.g. ds_fixed: Dynamic Sampling with the papers' fixed passes) adds its
-settings as --config.selection.<strategy>.* flags. Runs of strategies that skip before rollout
+variant (the registry's, e.g. ds_fixed: Dynamic Sampling with the papers' fixed passes; mopps_authors:
+MoPPS as its authors run it) adds its settings as --config.selection.<strategy>.* flags, and NAME@SIZER
+runs NAME with its passes sized by SIZER (e.g. greso@observed_rate: --config.selection.greso.pass_sizing=
+observed_rate), for comparisons at equal sizing. Runs of strategies that skip before rollout
 also roll out a random 10% of the prompts they skip (eval.skip_audit_fraction, never trained on,
 its cost reported apart). Runs go one after the
 other; a finished run is not launched again, and the runs of one seed share the seed's supervised
@@ -48,7 +50,7 @@ from greso_jax.run.records import read_lines
 from greso_jax.run.run_stats import accuracy_within, cost_to_target, number, run_stats
 from greso_jax.selection import bound, named_variants, training_strategies
 from greso_jax.selection import variant as registered_variant
-from greso_jax.selection.sim import SimSettings, all_runs, calibrated_fractions
+from greso_jax.selection.sim import SimSettings, all_runs, calibrated_fractions, run_strategy, sizing_grid, sizing_table
 
 AUDIT_FRACTION = 0.1
 TARGET_MARGIN = 0.01  # the target is the baseline's final accuracy minus one point
@@ -206,6 +208,9 @@ def simulate(runs: dict[str, dict[int, list[dict]]], config: dict) -> dict:
         rollout_batch_size=int(sel["rollout_batch_size"]), min_pass_size=int(sel["min_pass_size"]),
         max_passes=int(sel["max_passes"]), seed=0, once_per_step=bool(sel.get("once_per_step", False)))
     simulated = all_runs(settings, fractions)
+    simulated.update({name: run_strategy(name, settings, fractions) for name in runs if name not in simulated})
+    # Every selector at every sizer it can use, in the same simulated world: the ranking at equal sizing.
+    sizing = sizing_table(sizing_grid(settings, fractions, done=simulated))
     base_sim = simulated[BASELINE]["responses"]
     base_real = float(np.mean([run_stats(r)["responses"] for r in runs[BASELINE].values()]))
     oracle = simulated[bound()]["responses"]
@@ -224,7 +229,7 @@ def simulate(runs: dict[str, dict[int, list[dict]]], config: dict) -> dict:
                       else float("nan")}
     return {"fractions": fractions, "reference": reference_name, "settings": dataclasses.asdict(settings),
             "oracle_responses": oracle,
-            f"oracle_vs_{BASELINE}": base_sim / oracle, "strategies": rows}
+            f"oracle_vs_{BASELINE}": base_sim / oracle, "strategies": rows, "sizing": sizing}
 
 
 def main(argv=None) -> int:

@@ -49,11 +49,12 @@ def sweep(settings, fractions, strategy: str, field: str, values, fixed: dict, l
     reference, limit = baseline().strategy, bound()
     names = dict.fromkeys((reference, *beside, limit))
     base = {name: run_strategy(name, settings, fractions, levels) for name in names}
-    ds, oracle = base[reference]["responses"], base[limit]["responses"]
+    ds, oracle = base[reference]["responses_per_effective"], base[limit]["responses_per_effective"]
     runs = list(base.items())
     runs += [(f"{strategy} {field}={v:g}", run_strategy(strategy, settings, fractions, levels, **{**fixed, field: v}))
              for v in values]
-    return [{"name": name, "responses": r["responses"], "efficiency": efficiency(ds, r["responses"], oracle),
+    return [{"name": name, "responses": r["responses"],
+             "efficiency": efficiency(ds, r["responses_per_effective"], oracle),
              "passes": r["mean_passes"], "skip_precision": r["skip_precision"], "coverage": r["coverage"]}
             for name, r in runs]
 

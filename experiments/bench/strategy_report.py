@@ -14,6 +14,7 @@ import platform
 import numpy as np
 
 from experiments.bench.claim_report import claims_table
+from experiments.bench.selection_sim import sizing_markdown
 from greso_jax.run.run_stats import number, run_curves
 from greso_jax.selection import STRATEGIES, baseline, bound
 from greso_jax.selection import variant as registered_variant
@@ -127,6 +128,9 @@ def simulator_table(sim: dict) -> str:
         lines.append("| " + " | ".join([name] + [_cell(r[k]) for k in (
             "sim_responses", f"sim_vs_{BASELINE}", "trainer_responses", f"trainer_vs_{BASELINE}",
             "sim_efficiency_vs_oracle")]) + " |")
+    if "sizing" in sim:  # reports written before the selector x sizer table lack it
+        lines += ["", "**At equal sizing** (the same simulated world; every selector with every sizer it can use)", "",
+                  sizing_markdown([sim["sizing"]])]
     return "\n".join(lines)
 
 

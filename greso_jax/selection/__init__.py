@@ -12,7 +12,8 @@ from greso_jax.selection.counter_rng import Stream
 from greso_jax.selection.driver import StepResult, run_selection_step
 from greso_jax.selection.groups import Group, PassRequest, PulledPrompts, ScoredPass
 from greso_jax.selection.pass_sizing import next_pass_size
-from greso_jax.selection.registry import (ALIASES, STRATEGIES, VARIANTS, Variant, baseline, bound, default_settings,
+from greso_jax.selection.registry import (ALIASES, STRATEGIES, VARIANTS, Variant, baseline, bound, causal_bound,
+                                          default_settings,
                                           make_selector, named_variants, register_strategy, register_variant,
                                           resolve_strategy, settings_of, training_strategies,
                                           training_strategy_names, variant)
@@ -32,7 +33,8 @@ __all__ = [
     "MoppsSelector", "MoppsSettings", "OUTCOME_ALL_CORRECT", "OUTCOME_ALL_INCORRECT", "OUTCOME_MIXED",
     "OUTCOME_NONE", "OracleSelector", "PassConfig", "PassRequest", "PosteriorSelector", "PosteriorSettings",
     "PulledPrompts", "STRATEGIES", "ScoredPass", "Selector", "StepResult", "Stream", "StrategySettings", "VARIANTS",
-    "Variant", "VanillaSelector", "baseline", "bound", "default_settings", "make_selector", "named_variants",
+    "Variant", "VanillaSelector", "baseline", "bound", "causal_bound", "default_settings", "make_selector",
+    "named_variants",
     "next_pass_size", "register_strategy", "register_variant", "resolve_strategy", "run_selection_step",
     "settings_of", "training_strategies", "training_strategy_names", "variant", "zero_variance_chance",
 ]

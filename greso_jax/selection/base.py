@@ -21,6 +21,7 @@ import numpy as np
 from greso_jax.core.specs import check_field
 from greso_jax.selection import counter_rng
 from greso_jax.selection.groups import Group, PassRequest
+from greso_jax.selection.pass_sizing import MAX_PASS_FACTOR, RATE_MARGIN, make_sizer
 from greso_jax.selection.settings import GROUP_SIZE_SPEC, Ablation, PassConfig, StrategySettings
 
 # A group's outcome: mixed rewards, all correct, all incorrect; OUTCOME_NONE: a prompt never rolled out.
@@ -66,6 +67,8 @@ class Selector:
     ablation: ClassVar[Ablation | None] = None  # the setting its own study sweeps, if any
     # True: predicted_zero_variance is a chance in [0, 1] (calibration and Brier score apply); False: a score.
     prediction_is_chance: ClassVar[bool] = True
+    # The pass sizer (`pass_sizing.SIZERS`) of a strategy whose settings have no `pass_sizing` field.
+    default_pass_sizing: ClassVar[str] = "exact"
 
     def __init__(self, num_prompts: int, *, group_size: int = 8, pass_config: PassConfig | None = None,
                  seed: int = 0, settings: StrategySettings | None = None, checked: bool = False, **fields):
@@ -86,6 +89,10 @@ class Selector:
             if self.settings is not None:
                 self.settings.checked(f"selection.{self.strategy}", group_size=self.group_size)
         self.seed = int(seed)
+        # Strategies whose settings carry pass_margin / max_pass_factor bound their rate-based passes by them.
+        self.sizer = make_sizer(getattr(self.settings, "pass_sizing", self.default_pass_sizing), self.pass_config,
+                                margin=getattr(self.settings, "pass_margin", RATE_MARGIN),
+                                max_pass_factor=getattr(self.settings, "max_pass_factor", MAX_PASS_FACTOR))
         self.step = 0
         self.epoch = 0
         self.total_responses = 0
@@ -120,8 +127,8 @@ class Selector:
     # -- the step shape: what the driver asks ------------------------------------------------
 
     def first_pass(self, train_batch_size: int) -> PassRequest:
-        """The step's first pass; the base pulls exactly train_batch_size prompts."""
-        return PassRequest(num_samples=self.group_size, pull=train_batch_size)
+        """The step's first pass, sized by the strategy's sizer (the base's: exactly train_batch_size prompts)."""
+        return PassRequest(num_samples=self.group_size, pull=self.sizer.first(self, train_batch_size))
 
     def after_pass(self, groups: list[Group], new: Sequence[int], *, passes: int,
                    train_batch_size: int) -> PassRequest | None:
@@ -129,6 +136,7 @@ class Selector:
         when the step's rollouts are done: once `train_batch_size` groups are usable, or at the pass cap."""
         fresh = [groups[i] for i in new]
         self.observe_groups(fresh)
+        self.sizer.observe(fresh)
         remaining = train_batch_size - sum(self.usable(g) for g in groups)
         if remaining <= 0:
             return None
@@ -145,8 +153,14 @@ class Selector:
         return True
 
     def follow_up_pass_size(self, remaining: int, last_pass: list[Group]) -> int:
-        """Prompts to pull when `remaining` usable groups are still missing; the base asks for exactly those."""
-        return remaining
+        """Prompts to pull when `remaining` usable groups are still missing, by the strategy's sizer."""
+        return self.sizer.follow_up(self, remaining, last_pass)
+
+    def prompts_to_pull(self, wanted: float) -> float:
+        """Expected kept prompts to pull for `wanted` informative groups, from the strategy's prediction;
+        what the `predicted` sizer asks (only strategies whose settings offer it implement this)."""
+        raise NotImplementedError(f"{self.strategy}: predicts no informative rate; pass_sizing 'predicted' "
+                                  "is not among its choices")
 
     def finish_step(self, groups: list[Group], train_batch_size: int) -> list[Group]:
         """The groups to train on, at most train_batch_size, in rollout order (curated in place if needed)."""
@@ -290,11 +304,13 @@ class Selector:
         """Flat dict of Python scalars and NumPy arrays (orbax / JSON friendly)."""
         state = {name: int(getattr(self, name)) for name in self._SCALAR_STATE}
         state["last_outcome"] = self.last_outcome.copy()
+        state.update(self.sizer.state_dict())
         state.update(self._history_state())
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        expected = set(self._SCALAR_STATE) | {"last_outcome"} | set(self._history_state())
+        expected = (set(self._SCALAR_STATE) | {"last_outcome"} | set(self.sizer.state_dict())
+                    | set(self._history_state()))
         if set(state) != expected:
             missing, extra = sorted(expected - set(state)), sorted(set(state) - expected)
             raise ValueError(f"{self.strategy}.load_state_dict: keys differ (missing {missing}, unexpected {extra})")
@@ -305,6 +321,7 @@ class Selector:
         for name in self._SCALAR_STATE:
             setattr(self, name, int(np.asarray(state[name])))
         self.last_outcome = self._loaded_prompt_array(state, "last_outcome", np.int8, integer=True)
+        self.sizer.load_state_dict(state)
         self._load_history_state(state)
 
     def _loaded_prompt_array(self, state: dict[str, Any], name: str, dtype, *, integer: bool = False,

@@ -21,6 +21,7 @@ class Stream:
     MOPPS_REFERENCE = 4  # seeds the NumPy sample of prompts MoPPS estimates its tolerance from
     SIM_POPULATION = 7  # seeds the simulator's latent population (NumPy)
     SIM_SHUFFLE = 11  # seeds the simulator's per-epoch prompt order (NumPy)
+    SIM_LEVELS = 13  # seeds the noise of the simulator's observable prompt levels (NumPy)
     SIM_ROLLOUTS = 101  # the simulator's Bernoulli responses
 
     # Pairs allowed to share an id: they are never drawn by one selector.

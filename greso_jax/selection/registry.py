@@ -18,8 +18,8 @@ from greso_jax.selection.settings import PassConfig
 
 STRATEGIES: Registry[type[Selector]] = Registry("selection strategy")
 ALIASES: dict[str, str] = {}  # short name -> registered strategy, filled by register_strategy(aliases=...)
-BASELINE, BOUND = "baseline", "bound"
-_ROLES: dict[str, str] = {}  # role -> the variant (BASELINE) or strategy (BOUND) that has it
+BASELINE, BOUND, CAUSAL_BOUND = "baseline", "bound", "causal_bound"
+_ROLES: dict[str, str] = {}  # role -> the variant (BASELINE) or strategy (BOUND, CAUSAL_BOUND) that has it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,9 +46,10 @@ def _take_role(role: str, name: str) -> None:
     _ROLES[role] = name
 
 
-def register_strategy(name: str, *, aliases: tuple[str, ...] = (), bound: bool = False):
+def register_strategy(name: str, *, aliases: tuple[str, ...] = (), bound: bool = False, causal_bound: bool = False):
     """Class decorator: registers a Selector subclass under `name` (its `strategy` attribute), with the
-    short names an experiment variant may use for it; `bound`: it is the bound (the oracle)."""
+    short names an experiment variant may use for it; `bound`: it is the bound (the oracle);
+    `causal_bound`: it is the bound of every selector that predicts from history (known_rate)."""
     def add(cls: type[Selector]) -> type[Selector]:
         if not (isinstance(cls, type) and issubclass(cls, Selector)):
             raise TypeError(f"register_strategy({name!r}): {cls!r} is not a Selector subclass")
@@ -60,6 +61,8 @@ def register_strategy(name: str, *, aliases: tuple[str, ...] = (), bound: bool =
             ALIASES[alias] = name
         if bound:
             _take_role(BOUND, name)
+        if causal_bound:
+            _take_role(CAUSAL_BOUND, name)
         return cls
     return add
 
@@ -73,12 +76,32 @@ def register_variant(name: str, strategy: str, *, baseline: bool = False, **over
     return variant
 
 
+SIZED = "@"  # "NAME@SIZER": variant or strategy NAME with its passes sized by SIZER (selection.pass_sizing)
+
+
 def variant(name: str) -> Variant:
-    """A named variant, or a registered strategy's name as the variant with its defaults."""
+    """A named variant, or a registered strategy's name as the variant with its defaults; either one
+    followed by "@SIZER" is it with `pass_sizing=SIZER` (comparisons at equal sizing)."""
+    base, sized, sizer = name.partition(SIZED)
+    if sized:
+        run = variant(base)
+        choices = sizing_choices(run.strategy)
+        if sizer not in choices:
+            raise ValueError(f"{name!r}: {run.strategy} sizes its passes by one of {list(choices)} "
+                             f"(selection.{run.strategy}.pass_sizing), not {sizer!r}")
+        return Variant(name, run.strategy, tuple(sorted({**run.settings, "pass_sizing": sizer}.items())))
     if name in VARIANTS:
         return VARIANTS.get(name)
     STRATEGIES.get(name)  # raises naming the known strategies
     return Variant(name, name)
+
+
+def sizing_choices(strategy: str) -> tuple[str, ...]:
+    """The pass sizers strategy can be run with (its settings' `pass_sizing` choices); () when its passes
+    are its own (vanilla, AERO, the oracle)."""
+    settings = STRATEGIES.get(strategy).Settings
+    fields = {} if settings is None else {f.name: f for f in dataclasses.fields(settings)}
+    return tuple(fields["pass_sizing"].metadata["spec"].choices) if "pass_sizing" in fields else ()
 
 
 def named_variants(strategy: str | None = None) -> tuple[Variant, ...]:
@@ -95,6 +118,11 @@ def baseline() -> Variant:
 def bound() -> str:
     """The strategy every pre-rollout selector is measured against (the oracle, simulation only)."""
     return _ROLES[BOUND]
+
+
+def causal_bound() -> str:
+    """The strategy told every prompt's true rate (simulation only): no predictor from history can beat it."""
+    return _ROLES[CAUSAL_BOUND]
 
 
 def resolve_strategy(name: str) -> str:

@@ -9,8 +9,9 @@ from greso_jax.selection.sim.known_rate import KnownRateSelector
 from greso_jax.selection.sim.oracle import OracleSelector
 from greso_jax.selection.sim.population import (CLASS_FRACTIONS, BernoulliRollouts, LatentPopulation, PromptStream,
                                                 calibrated_fractions)
-from greso_jax.selection.sim.runner import SimSettings, all_runs, calibration_bins, efficiency, run_strategy
+from greso_jax.selection.sim.runner import (SimSettings, all_runs, calibration_bins, efficiency, run_strategy,
+                                            sizing_grid, sizing_table)
 
 __all__ = ["BernoulliRollouts", "CLASS_FRACTIONS", "KnownRateSelector", "LatentPopulation", "OracleSelector",
-           "PromptStream", "SimSettings", "all_runs", "calibrated_fractions", "calibration_bins", "efficiency",
-           "run_strategy"]
+           "PromptStream", "SimSettings", "all_runs", "calibrated_fractions", "calibration_bins",
+           "efficiency", "run_strategy", "sizing_grid", "sizing_table"]

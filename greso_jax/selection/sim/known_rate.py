@@ -32,7 +32,7 @@ class KnownRateSettings(PosteriorSettings):
     explore: float = field(0.0, Spec(FLOAT, 0, 1), "keep probability of a prompt predicted zero-variance")
 
 
-@register_strategy("known_rate")
+@register_strategy("known_rate", causal_bound=True)
 class KnownRateSelector(PosteriorSelector):
     """The posterior selector with the exact chance of a zero-variance group in place of its estimate
     (its prediction is the true chance)."""

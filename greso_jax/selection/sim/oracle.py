@@ -7,7 +7,6 @@ from typing import Callable
 import numpy as np
 
 from greso_jax.selection.base import OUTCOME_MIXED, check_prompt_ids
-from greso_jax.selection.groups import PassRequest
 from greso_jax.selection.registry import register_strategy
 from greso_jax.selection.strategies.dynamic_sampling import FilteringSelector
 
@@ -28,6 +27,8 @@ class OracleSelector(FilteringSelector):
 
     simulation_only = True
     extras = ("outcome",)
+    # Every kept prompt will have variance, so nothing needs over-provisioning: pull exactly what is missing.
+    default_pass_sizing = "exact"
 
     def __init__(self, num_prompts: int, *, outcome: OutcomeFn | None = None, **common):
         super().__init__(num_prompts, **common)
@@ -35,10 +36,6 @@ class OracleSelector(FilteringSelector):
             raise ValueError("selection.strategy: 'oracle' needs the simulator's `outcome` callable "
                              "(step, prompt_ids) -> outcome codes; it exists only in simulation")
         self.outcome = outcome
-
-    def first_pass(self, train_batch_size: int) -> PassRequest:
-        # Every kept prompt will have variance, so nothing needs over-provisioning.
-        return PassRequest(num_samples=self.group_size, pull=train_batch_size)
 
     def _predict(self, ids: np.ndarray) -> np.ndarray:
         codes = np.asarray(self.outcome(self.step, ids))

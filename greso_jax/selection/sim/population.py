@@ -8,6 +8,10 @@ ramp_i(t) = clip((t − t0_i) / w_i, 0, 1), t the training step, T the horizon (
   learnable   35%  l0 ~ N(−1, 1.5), l1 = l0 + U(1, 4), t0 = 0, w ~ T·U(0.5, 1.5)
   late        10%  l0 ~ N(−5, 1), l1 ~ N(0.5, 1), t0 ~ T·U(0.2, 0.7), w ~ T·U(0.1, 0.3)
   regressing  10%  l0 ~ N(3, 1), l1 ~ N(0, 1), t0 ~ T·U(0, 0.6), w ~ T·U(0.1, 0.3)
+Levels (`level`, what `--levels` gives the strategies that take them) are observable features, never
+the class: as an arithmetic pool's difficulty, a prompt's level is one of NUM_LEVELS quantile bins of a
+noisy reading of its starting logit (l0 + N(0, LEVEL_NOISE)), so the rate varies within a level and
+classes share levels (never and late start alike; a level knows nothing of a later drift).
 Responses are Bernoulli(p_i(t)) with reward = correct, drawn by counter-based draws keyed by
 (seed, step, prompt, response index within the step), so the oracle can know a group's outcome
 before it is rolled out (exactly, except when one pull takes the same prompt twice across an
@@ -26,6 +30,8 @@ from greso_jax.selection.counter_rng import Stream
 from greso_jax.selection.groups import PulledPrompts, ScoredPass
 
 CLASS_FRACTIONS = {"solved": 0.25, "never": 0.20, "learnable": 0.35, "late": 0.10, "regressing": 0.10}
+NUM_LEVELS = 5  # observable difficulty levels
+LEVEL_NOISE = 1.5  # std, in logits, of the reading of a prompt's starting logit its level bins
 
 
 class LatentPopulation:
@@ -39,7 +45,7 @@ class LatentPopulation:
         counts = np.floor(np.array([fractions[k] for k in CLASS_FRACTIONS]) * num_prompts).astype(int)
         counts[2] += num_prompts - counts.sum()  # rounding remainder goes to "learnable"
         kind = rng.permutation(np.repeat(np.arange(len(counts)), counts))
-        self.kind = kind  # the class index per prompt (CLASS_FRACTIONS order): the prompts' level with --levels
+        self.kind = kind  # the latent class index per prompt (CLASS_FRACTIONS order): never shown to a strategy
         n, T = num_prompts, float(horizon)
         self.start, self.end = np.zeros(n), np.zeros(n)
         self.t0, self.width = np.zeros(n), np.ones(n)
@@ -55,6 +61,9 @@ class LatentPopulation:
         for k, draw in draws.items():
             rows = np.flatnonzero(kind == k)
             self.start[rows], self.end[rows], self.t0[rows], self.width[rows] = draw(rows.size)
+        reading = self.start + np.random.default_rng([seed, Stream.SIM_LEVELS]).normal(0, LEVEL_NOISE, n)
+        edges = np.quantile(reading, np.linspace(0, 1, NUM_LEVELS + 1)[1:-1])
+        self.level = np.searchsorted(edges, reading).astype(np.int64)  # observable level per prompt, 0 hardest
 
     def success(self, prompt_ids: np.ndarray, step: int) -> np.ndarray:
         """p_i(step), float64 [N]."""

@@ -2,8 +2,9 @@
 
 Every registered strategy and named variant runs through `selection.run_selection_step`, the
 trainer's code path, with what it declares it takes (`extras`) from what only the simulator
-knows: the next outcomes (the oracle), the true rates (known_rate), the prompts' classes as data
-levels. Beside the costs it measures what a skip was worth, since the simulator knows the group
+knows: the next outcomes (the oracle), the true rates (known_rate), and the prompts' observable
+levels (noisy difficulty bins, never the latent class). Beside the costs it measures what a skip
+was worth, since the simulator knows the group
 a skipped prompt would have had: skip precision, coverage and, for a strategy whose prediction
 is a chance, its calibration.
 """
@@ -17,7 +18,8 @@ import numpy as np
 from greso_jax.selection.base import OUTCOME_MIXED
 from greso_jax.selection.driver import run_selection_step
 from greso_jax.selection.groups import PulledPrompts, ScoredPass
-from greso_jax.selection.registry import STRATEGIES, default_settings, make_selector, named_variants, variant
+from greso_jax.selection.registry import (SIZED, STRATEGIES, baseline, bound, causal_bound, default_settings,
+                                          make_selector, named_variants, sizing_choices, variant)
 from greso_jax.selection.settings import PassConfig
 from greso_jax.selection.sim.population import BernoulliRollouts, LatentPopulation, PromptStream
 
@@ -40,8 +42,9 @@ def run_strategy(name: str, settings: SimSettings, fractions: dict[str, float] |
     """Runs `settings.steps` steps of one registered strategy or named variant; returns totals over the run.
 
     fractions: the population's class fractions (None: CLASS_FRACTIONS; see `calibrated_fractions`).
-    levels: prompts carry their class as a data level (as the arithmetic pools carry difficulty),
-    for strategies that take levels. strategy_overrides: fields of the strategy's own section (e.g.
+    levels: prompts carry their observable level (`LatentPopulation.level`: a noisy difficulty bin,
+    as the arithmetic pools carry difficulty), for strategies that take levels. strategy_overrides:
+    fields of the strategy's own section (e.g.
     delta_p=0.02 for GRESO), over the variant's.
     """
     run = variant(name)
@@ -50,7 +53,7 @@ def run_strategy(name: str, settings: SimSettings, fractions: dict[str, float] |
     foresee = rollouts.outcome(settings.group_size)
     offered = {"outcome": foresee, "success": lambda step, ids: population.success(ids, step)}
     if levels:
-        offered["prompt_levels"] = population.kind
+        offered["prompt_levels"] = population.level
     selector = make_selector(
         run.strategy, num_prompts=settings.num_prompts, group_size=settings.group_size, seed=settings.seed,
         passes=PassConfig(rollout_batch_size=settings.rollout_batch_size, min_pass_size=settings.min_pass_size,
@@ -141,10 +144,45 @@ def calibration_bins(predicted: np.ndarray, zero_variance: np.ndarray, bins: int
     return rows
 
 
-def efficiency(baseline_responses: float, responses: float, bound_responses: float) -> float:
-    """(baseline − strategy) / (baseline − bound), in responses: the share of the baseline's avoidable
-    waste that the strategy avoids (the bound, the oracle, avoids all of it)."""
-    return (baseline_responses - responses) / (baseline_responses - bound_responses)
+def efficiency(baseline_cost: float, cost: float, bound_cost: float) -> float:
+    """(baseline − strategy) / (baseline − bound): the share of the baseline's avoidable waste that the
+    strategy avoids (the bound, the oracle, avoids all of it). Costs in responses per effective prompt
+    (`responses_per_effective`: the responses ratio itself where every batch is full, and fair to a
+    strategy that trains on fewer informative groups, such as MoPPS unfiltered)."""
+    return (baseline_cost - cost) / (baseline_cost - bound_cost)
+
+
+def sizing_grid(settings: SimSettings, fractions: dict[str, float] | None = None, levels: bool = False,
+                done: dict[str, dict] | None = None) -> dict[str, dict]:
+    """Every strategy that sizes its passes by a sizer, with each sizer it can use, as "<name>@<sizer>"
+    (its default sizer's run reused from `done` under its plain name), beside the baseline and the bound."""
+    done = dict(done or {})
+    results = {}
+    for name in (baseline().name, bound()):
+        results[name] = done.get(name) or run_strategy(name, settings, fractions, levels)
+    for name in STRATEGIES:
+        for sizer in sizing_choices(name):
+            own = sizer == default_settings(name)["pass_sizing"]
+            key = f"{name}{SIZED}{sizer}"
+            results[key] = done.get(name if own else key) or run_strategy(key, settings, fractions, levels)
+            results[key]["own_sizing"] = own
+    return results
+
+
+def sizing_table(grid: dict[str, dict]) -> dict[str, dict[str, tuple[float, float]]]:
+    """strategy -> sizer -> (efficiency vs the oracle, vs known_rate at the same sizer), from `sizing_grid`,
+    both in responses per effective prompt over the baseline's."""
+    cost = {name: r["responses_per_effective"] for name, r in grid.items()}
+    base, limit = cost[baseline().name], cost[bound()]
+    table: dict[str, dict[str, tuple[float, float]]] = {}
+    for key in grid:
+        name, sized, sizer = key.partition(SIZED)
+        if sized:
+            reference = cost.get(f"{causal_bound()}{SIZED}{sizer}")
+            table.setdefault(name, {})[sizer] = (
+                efficiency(base, cost[key], limit),
+                efficiency(base, cost[key], reference) if reference is not None else float("nan"))
+    return table
 
 
 def all_runs(settings: SimSettings, fractions: dict[str, float] | None = None,

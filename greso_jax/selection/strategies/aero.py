@@ -6,9 +6,11 @@ a choice, it is a config field of `AeroSettings`, `selection.aero.*`):
   compared with the other strategies at the same per-prompt budget; a larger cap is allowed
   and reported as `selection/aero/max_group_size`). Stage I generates `n_explore` of them (0: half
   the cap); its success rate u = correct / n_explore picks the prompt's stratum.
-- u == 0, rescue: rounds of `n_extra` more rollouts over the still-unsolved prompts, until one
-  is correct or the budget is spent (the last round is narrower when n_extra does not divide
-  it). Each round is one generation call over the unsolved subset, so the number of calls is
+- u == 0, rescue: the method's small increments, rounds of `n_extra` (2) more rollouts over the
+  still-unsolved prompts: a prompt leaves the rounds at its first correct response, the others go
+  on until the budget is spent (the last round is narrower when n_extra does not divide it). With
+  n_extra = max_group_size - n_explore, rescue is one round that completes the group, with no early
+  stop. Each round is one generation call over the unsolved subset, so the number of calls is
   bounded and shapes stay static. A rescued group trains on all its responses.
 - 0 < u < `reject_below`, selective rejection, decided on the Stage-I responses: keep every
   correct response and ceil(`reject_k` · correct) of the incorrect ones, picked by
@@ -85,7 +87,8 @@ class AeroSettings(StrategySettings):
 
     n_explore: int = field(0, Spec(INT, 0, check=_zero_or_at_least(2)), "Stage I rollouts per prompt (0: half of "
                            "the budget; >= 2 to estimate a success rate)")
-    n_extra: int = field(4, Spec(INT, 1), "rollouts added per rescue round to prompts with no correct response")
+    n_extra: int = field(2, Spec(INT, 1), "rollouts added per rescue round to prompts with no correct response "
+                         "yet (small increments until the first success or the budget)")
     max_group_size: int = field(0, Spec(INT, 0, check=_zero_or_at_least(3)), "per-prompt response budget, Stage "
                                 "I and rescue together (0: rl.group_size, the other strategies' budget)")
     reject_k: float = field(1.0, Spec(FLOAT, 0), "selective rejection keeps ceil(reject_k * #correct) "

@@ -13,6 +13,7 @@ import numpy as np
 from greso_jax.core.specs import FLOAT, INT, ConfigError, Spec, field
 from greso_jax.selection.base import OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_NONE, check_prompt_ids
 from greso_jax.selection.counter_rng import Stream
+from greso_jax.selection.pass_sizing import sizing_field
 from greso_jax.selection.registry import register_strategy, register_variant
 from greso_jax.selection.settings import Ablation, StrategySettings
 from greso_jax.selection.strategies.dynamic_sampling import FilteringSelector
@@ -41,6 +42,7 @@ class GresoSettings(StrategySettings):
     adapt_from_epoch: int = field(1, Spec(INT, 0), "first epoch of the prompt stream whose steps adapt p_easy / "
                                   "p_hard (1: the reference, which waits until prompts have histories; 0: from "
                                   "the first step)")
+    pass_sizing: str = sizing_field("adaptive")  # the paper's: DS's adaptive follow-ups
 
     def check_relations(self, prefix: str) -> None:
         if self.p_min > self.p_max:
@@ -64,7 +66,7 @@ class GresoSelector(FilteringSelector):
     targets target_zero_variance/3 and 2·target/3 (the reference adapts from the second epoch:
     before it no prompt has a history, nothing can be skipped, and adapting would only wind p
     down to its clamp). Decisions are counter-based draws keyed by (seed, step, occurrence
-    epoch, prompt id). Passes are sized adaptively as Dynamic Sampling's, whose filtering GRESO
+    epoch, prompt id). Passes are sized by `pass_sizing` (adaptive, as Dynamic Sampling's), whose filtering GRESO
     keeps for the groups it could not predict. Its prediction is a score, the streak's length.
     """
 

@@ -5,8 +5,10 @@ draw θ̂ ~ Beta(α, β) lies within τ of `target_rate`, τ being the 1/`candid
 that distance over the population's draws for the step. The authors rank a candidate pool of
 k·B prompts and keep the B closest; our prompts arrive as a stream filtered one at a time, and
 the quantile is their rule as the pool grows. Draws are counter-based (the inverse Beta CDF of
-a keyed uniform) so every host and every resume decides the same; the step shape is Dynamic
-Sampling's with adaptive passes, so that MoPPS trains on the same batches as DS and GRESO.
+a keyed uniform) so every host and every resume decides the same. By default the step shape is Dynamic
+Sampling's with adaptive passes, so that MoPPS trains on the same batches as DS and GRESO; the variant
+`mopps_authors` is MoPPS as its authors run it (every script sets enable_filter_groups=False): one pass
+of train_batch_size kept prompts (the B of about k·B scanned), trained on unfiltered.
 Our reading of the authors' code, line by line, and where we depart from it: docs/design.md,
 "MoPPS (our reading)".
 """
@@ -20,11 +22,13 @@ from typing import Any
 import numpy as np
 from scipy import special
 
-from greso_jax.core.specs import FLOAT, Spec, field
+from greso_jax.core.specs import BOOL, FLOAT, Spec, field
 from greso_jax.selection.base import OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_NONE, check_prompt_ids
 from greso_jax.selection.beta import zero_variance_chance
 from greso_jax.selection.counter_rng import Stream
-from greso_jax.selection.registry import register_strategy
+from greso_jax.selection.groups import Group
+from greso_jax.selection.pass_sizing import sizing_field
+from greso_jax.selection.registry import register_strategy, register_variant
 from greso_jax.selection.settings import StrategySettings
 from greso_jax.selection.strategies.dynamic_sampling import FilteringSelector
 
@@ -48,6 +52,9 @@ class MoppsSettings(StrategySettings):
     candidate_ratio: float = field(16.0, Spec(FLOAT, 1), "k: keep the 1/k of the candidates whose draw is "
                                    "closest to target_rate (their top-B of a pool of k*B; 16 in their math runs, "
                                    "8 in countdown and geometry)")
+    filter_groups: bool = field(True, Spec(BOOL), "drop zero-variance groups after rollout and pull follow-up "
+                                "passes, as DS (False: train on every group, the authors' enable_filter_groups)")
+    pass_sizing: str = sizing_field("adaptive")  # DS's adaptive passes; the authors' one pass of B: "exact"
 
 
 @register_strategy("mopps")
@@ -56,7 +63,8 @@ class MoppsSelector(FilteringSelector):
 
     A candidate is kept when its draw θ̂ ~ Beta(α, β) lies within τ of target_rate, τ being the
     1/candidate_ratio quantile of that distance over the population's draws for the step
-    (computed once per step and epoch). Passes are sized as Dynamic Sampling's adaptive ones.
+    (computed once per step and epoch). Passes are sized by `pass_sizing`; with `filter_groups` off every
+    group is usable, so a pass of train_batch_size (the "exact" sizer) is the step's only one.
     """
 
     Settings = MoppsSettings
@@ -68,6 +76,9 @@ class MoppsSelector(FilteringSelector):
         self.successes = np.zeros(self.num_prompts, dtype=np.float32)
         self.failures = np.zeros(self.num_prompts, dtype=np.float32)
         self._tolerance_cache: tuple[tuple[int, int], float] | None = None  # ((step, epoch), τ)
+
+    def usable(self, group: Group) -> bool:
+        return group.has_variance or not self.settings.filter_groups
 
     def posterior(self, prompt_ids) -> tuple[np.ndarray, np.ndarray]:
         """(α, β) of each prompt's Beta posterior, float64 [N] each."""
@@ -134,3 +145,7 @@ class MoppsSelector(FilteringSelector):
         for name in ("successes", "failures"):
             setattr(self, name, self._loaded_prompt_array(state, name, np.float32, counts=True))
         self._tolerance_cache = None
+
+
+# MoPPS as its authors run it: one pass of B kept prompts, no post-filter (their scripts' enable_filter_groups=False).
+register_variant("mopps_authors", "mopps", filter_groups=False, pass_sizing="exact")

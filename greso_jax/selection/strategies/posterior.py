@@ -4,20 +4,25 @@ its next group is zero-variance; predicted ones are skipped, behind a threshold 
 The parts, and why (the measurements behind each choice: docs/design.md, "Posterior"):
 - Evidence: decayed counts of correct and incorrect responses per prompt (`decay` at each
   rollout of it, `step_decay` at every step), so a prompt the policy moved on from is re-learnt,
-  and one skipped for long drifts back to its prior and is re-tried.
+  and one skipped for long drifts back to its prior; it is re-tried once that prior's own chance
+  of zero variance is under the threshold in force (a U-shaped pool's is above it: there re-tries
+  come from `explore` and the supply floor).
 - Prior: fitted to the pool's evidence (empirical Bayes, each prompt once), since real prompt
   sets are U-shaped and a uniform prior cannot say so; per data level (`level_prior`) once a
-  level has `_MIN_PRIOR_PROMPTS` prompts with evidence. An unseen prompt is judged only by its
-  own level's prior, else kept.
+  level has `_MIN_PRIOR_PROMPTS` prompts with evidence; its effective sample size is one that decay
+  does not shrink. An unseen prompt is judged only by its own level's prior when that prior's
+  zero-variance chance is one-sided (a mastered or hopeless level, not a U-shaped mix), else kept
+  (`_kept_unjudged` says why).
 - Prediction: E[p^G + (1-p)^G] under the posterior; kept with probability 1 below the threshold
   in force, else `explore`. Draws are counter-based, as GRESO's.
 - Threshold: moved by `threshold_step` toward `target_zero_variance` of the groups the prediction
   kept (exploration left out), only after steps whose prompts mostly had evidence; never below
   the supply floor that keeps `min_keep_share` of the pool, which bounds how narrow the kept set
   gets where zero variance is hard to predict.
-- Passes: sized from the prediction (the keep-weighted informative rate, calibrated by observed
-  over predicted), the unseen prompts of the first epoch counted first; zero-variance groups are
-  dropped after rollout, as Dynamic Sampling does.
+- Passes: by default (`pass_sizing="predicted"`) sized from the prediction (`prompts_to_pull`: the
+  keep-weighted informative rate, calibrated by observed over predicted), the unseen prompts of the
+  first epoch counted first; any other sizer of `selection.pass_sizing` can replace it.
+  Zero-variance groups are dropped after rollout, as Dynamic Sampling does.
 """
 
 from __future__ import annotations
@@ -30,9 +35,9 @@ import numpy as np
 
 from greso_jax.core.specs import BOOL, FLOAT, ConfigError, Spec, field
 from greso_jax.selection.base import OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, check_prompt_ids
-from greso_jax.selection.beta import zero_variance_chance
+from greso_jax.selection.beta import zero_variance_chance, zero_variance_sides
 from greso_jax.selection.counter_rng import Stream
-from greso_jax.selection.groups import Group, PassRequest
+from greso_jax.selection.pass_sizing import sizing_field
 from greso_jax.selection.registry import register_strategy
 from greso_jax.selection.settings import StrategySettings
 from greso_jax.selection.strategies.dynamic_sampling import FilteringSelector
@@ -40,6 +45,7 @@ from greso_jax.selection.strategies.dynamic_sampling import FilteringSelector
 _UNIT = Spec(FLOAT, 0, 1)
 _CALIBRATION_MEMORY = 0.8  # weight of earlier passes in the running observed / predicted ratio
 _MIN_PRIOR_PROMPTS = 32  # prompts with evidence before a fitted prior replaces the configured one
+_MIXED_SIDE_SHARE = 0.1  # a level prior with more of its zero-variance chance on its lesser side keeps unseen prompts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,8 +72,10 @@ class PosteriorSettings(StrategySettings):
     level_prior: bool = field(True, Spec(BOOL), "prompts whose data gives a level (the arithmetic pools' "
                               "difficulty, data.level_field) use a prior fitted to their level's prompts once "
                               "it has enough")
-    pass_margin: float = field(1.05, Spec(FLOAT, 1), "over-provisioning of a pass over its predicted need")
-    max_pass_factor: float = field(4.0, Spec(FLOAT, 1), "largest pass, in multiples of train_batch_size")
+    pass_margin: float = field(1.05, Spec(FLOAT, 1), "over-provisioning of a rate-sized pass (predicted, "
+                               "observed_rate) over its estimated need")
+    max_pass_factor: float = field(4.0, Spec(FLOAT, 1), "largest rate-sized pass, in multiples of train_batch_size")
+    pass_sizing: str = sizing_field("predicted", predicts=True)  # its own: from the prediction (prompts_to_pull)
 
     def check_relations(self, prefix: str) -> None:
         if not self.threshold_min <= self.threshold:
@@ -93,8 +101,10 @@ class PosteriorSelector(FilteringSelector):
         self.calibration = 1.0  # running observed / predicted informative groups
         self.correct = np.zeros(self.num_prompts, np.float32)  # decayed evidence
         self.incorrect = np.zeros(self.num_prompts, np.float32)
+        # Sum of the squared weights of each prompt's evidence: (correct + incorrect)^2 / this is its
+        # effective number of responses, which decay does not shrink (the prior fit's binomial noise).
+        self.evidence_square_weight = np.zeros(self.num_prompts, np.float32)
         self.step_informed = 0  # rolled-out groups whose prompt had evidence before the rollout
-        self._train_batch_size = 1  # set by each step's first_pass
         self._prior = self.fitted_prior()
         self._supply_threshold = 0.0  # the floor min_keep_share puts under the threshold this step
 
@@ -105,6 +115,7 @@ class PosteriorSelector(FilteringSelector):
         if self.settings.step_decay < 1:
             self.correct *= np.float32(self.settings.step_decay)
             self.incorrect *= np.float32(self.settings.step_decay)
+            self.evidence_square_weight *= np.float32(self.settings.step_decay) ** 2
         self._prior = self.fitted_prior()  # fixed for the step, as the threshold: decisions do not change mid-step
         self._supply_threshold = self.supply_threshold()
 
@@ -153,11 +164,16 @@ class PosteriorSelector(FilteringSelector):
 
     def pool_moments(self) -> np.ndarray:
         """float64 [num_levels, 4]: per level index (0: every prompt), over the prompts with evidence,
-        (count, sum of success fractions, sum of their squares, sum of 1 / evidence size)."""
+        (count, sum of success fractions, sum of their squares, sum of 1 / effective evidence size).
+
+        A success fraction of weighted responses has the binomial noise of (sum w)^2 / sum w^2 responses:
+        decay weighs the evidence, it does not make its fraction noisier, so the fit does not widen as
+        the evidence ages."""
         size = self.correct.astype(np.float64) + self.incorrect
         seen = size > 0
         fraction = self.correct[seen] / size[seen]
-        terms = np.stack([np.ones_like(fraction), fraction, np.square(fraction), 1.0 / size[seen]], axis=1)
+        effective = np.square(size[seen]) / np.maximum(self.evidence_square_weight[seen], 1e-30)
+        terms = np.stack([np.ones_like(fraction), fraction, np.square(fraction), 1.0 / effective], axis=1)
         moments = np.zeros((self.num_levels, 4), np.float64)
         moments[0] = terms.sum(axis=0)
         if self.num_levels > 1:
@@ -187,8 +203,16 @@ class PosteriorSelector(FilteringSelector):
 
     def _kept_unjudged(self, ids: np.ndarray) -> np.ndarray:
         """bool [N]: kept whatever the prediction says. An unseen prompt is judged only by a prior of
-        its own level, never by the population's."""
-        return ~self.has_evidence(ids) & ~self._prior[2][self.level_index[ids]]
+        its own level, never by the population's, and only by one whose zero-variance chance is one-sided
+        (at least 1 - _MIXED_SIDE_SHARE of it all correct, or all incorrect: a mastered or a hopeless level).
+        A level whose chance splits between the two (a U-shaped prior, as a coarse level such as a data
+        source has) says its prompts are easy or hard, not which one an unseen prompt is: only its first
+        rollout tells, and skipping it on the level's base rate would leave the level's informative
+        prompts unfound."""
+        alpha, beta, own = self._prior
+        sides = zero_variance_sides(alpha, beta, self.group_size)
+        judges = own & (sides.min(axis=0) < _MIXED_SIDE_SHARE * sides.sum(axis=0))
+        return ~self.has_evidence(ids) & ~judges[self.level_index[ids]]
 
     def has_evidence(self, ids: np.ndarray) -> np.ndarray:
         """bool [N]: the prompt has been rolled out (its prediction is its own, not only a prior's)."""
@@ -219,20 +243,6 @@ class PosteriorSelector(FilteringSelector):
         rate = float(np.clip(np.sum(informative) / max(np.sum(keep), 1e-12), 1e-3, 1.0))
         return prompts + wanted / rate
 
-    # -- the step shape ------------------------------------------------------------------------
-
-    def _pass_size(self, missing: int, train_batch_size: int) -> int:
-        wanted = math.ceil(self.prompts_to_pull(missing * self.settings.pass_margin))
-        largest = max(self.pass_config.min_pass_size, math.ceil(self.settings.max_pass_factor * train_batch_size))
-        return min(max(wanted, self.pass_config.min_pass_size), largest)
-
-    def first_pass(self, train_batch_size: int) -> PassRequest:
-        self._train_batch_size = train_batch_size
-        return PassRequest(num_samples=self.group_size, pull=self._pass_size(train_batch_size, train_batch_size))
-
-    def follow_up_pass_size(self, remaining: int, last_pass: list[Group]) -> int:
-        return self._pass_size(remaining, self._train_batch_size)
-
     # -- history -------------------------------------------------------------------------------
 
     def _skip_kinds(self, ids: np.ndarray) -> np.ndarray:
@@ -258,6 +268,8 @@ class PosteriorSelector(FilteringSelector):
         for row, prompt in enumerate(ids):  # in rollout order: a prompt may appear twice in one call
             self.correct[prompt] = decay * self.correct[prompt] + num_correct[row]
             self.incorrect[prompt] = decay * self.incorrect[prompt] + (num_samples[row] - num_correct[row])
+            # Each new response weighs 1: the squares of the new weights add num_samples.
+            self.evidence_square_weight[prompt] = decay ** 2 * self.evidence_square_weight[prompt] + num_samples[row]
 
     def _reset_step_tallies(self) -> None:
         super()._reset_step_tallies()
@@ -290,10 +302,11 @@ class PosteriorSelector(FilteringSelector):
         return {"threshold": self.threshold, "calibration": self.calibration, "step_informed": self.step_informed,
                 "step_predicted_kept": self.step_predicted_kept,
                 "step_predicted_kept_zero_variance": self.step_predicted_kept_zero_variance,
-                "correct": self.correct.copy(), "incorrect": self.incorrect.copy()}
+                "correct": self.correct.copy(), "incorrect": self.incorrect.copy(),
+                "evidence_square_weight": self.evidence_square_weight.copy()}
 
     def _load_history_state(self, state: dict[str, Any]) -> None:
-        for name in ("correct", "incorrect"):
+        for name in ("correct", "incorrect", "evidence_square_weight"):
             setattr(self, name, self._loaded_prompt_array(state, name, np.float32, counts=True))
         self._prior = self.fitted_prior()  # begin_step computed it from the same evidence
         self.threshold = float(state["threshold"])
