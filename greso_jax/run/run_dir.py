@@ -23,7 +23,7 @@ from typing import Any
 
 from greso_jax import selection
 from greso_jax.run.checkpoint import (CheckpointError, checkpoint_dir, choose_restore_step, finished_steps,
-                                      read_step_meta, step_damage)
+                                      manifest_problem, move_aside, read_step_meta)
 from greso_jax.config import get_config
 from greso_jax.core.specs import ConfigError
 
@@ -202,14 +202,16 @@ class SavedStep:
     config: dict | None  # at today's defaults (`with_todays_defaults`); None: its metadata records none
 
 
-def saved_step(workdir: str, step: int | None = None, *, log=print, move_damaged: bool = False) -> SavedStep | None:
+def saved_step(workdir: str, step: int | None = None, *, log=print, move_damaged: bool = False,
+               below: int | None = None) -> SavedStep | None:
     """`step` of the run in `workdir` checked against its manifest, or (None) the newest intact step
     (`choose_restore_step`: damaged newer steps are reported through `log`, and moved aside with
-    `move_damaged`), with the config saved in its metadata. None when the run has no finished step.
-    Raises CheckpointError with one line naming the folder and step: no such step, a damaged one."""
+    `move_damaged`; only steps below `below`, if given), with the config saved in its metadata. None
+    when the run has no finished step. Raises CheckpointError with one line naming the folder and
+    step: no such step, a damaged one (one without a manifest too, unless it is the only step)."""
     folder = checkpoint_dir(workdir)
     if step is None:
-        step = choose_restore_step(folder, log=log, move_damaged=move_damaged)
+        step = choose_restore_step(folder, log=log, move_damaged=move_damaged, below=below)
         if step is None:
             return None
     else:
@@ -218,10 +220,7 @@ def saved_step(workdir: str, step: int | None = None, *, log=print, move_damaged
             return None
         if step not in steps:
             raise CheckpointError(f"{folder} has no step {step} (steps: {', '.join(map(str, steps))})")
-        try:
-            damage = step_damage(os.path.join(folder, str(step)))
-        except FileNotFoundError:  # no manifest: the run stopped between writing the step and its manifest
-            damage = None
+        damage = manifest_problem(folder, step, log=log)
         if damage:
             raise CheckpointError(f"step {step} is damaged: {os.path.join(folder, damage)}")
     saved = (read_step_meta(folder, step) or {}).get("config")
@@ -236,6 +235,8 @@ class RunDir:
     start_step: int
     changes: dict[str, tuple[Any, Any]]
     lock: WorkdirLock | None
+    config: Any = None
+    log: Any = print
 
     def record_launch(self, config) -> str:
         """Writes config.json (the latest launch's config), configs/<start step>.json (never
@@ -258,9 +259,41 @@ class RunDir:
             f.write(json.dumps(record, default=str) + "\n")
         return path
 
+    def fall_back(self, step: int, problem: str) -> int:
+        """The step to resume from instead of `step`, which restored as `problem` (non-finite state):
+        `step` is reported and (by the lock holder) moved aside, and the newest intact older step is
+        checked against the config as a resume would be. Raises CheckpointError when there is none."""
+        self.log(f"checkpoint step {step} is damaged ({problem}); falling back to an older step")
+        if self.lock is not None:
+            move_aside(checkpoint_dir(self.workdir), step)
+        self.start_step, self.changes = _resume_point(self.workdir, self.config, self.log, move_damaged=False,
+                                                      below=step)
+        if not self.start_step:  # a fresh start would overwrite the records of the run it belongs to
+            raise CheckpointError(f"{checkpoint_dir(self.workdir)}: no intact checkpoint: step {problem}; "
+                                  "no older step")
+        return self.start_step
+
     def close(self) -> None:
         if self.lock is not None:
             self.lock.release()
+
+
+def _resume_point(workdir: str, config, log, *, move_damaged: bool, below: int | None = None):
+    """(step, changes): the newest intact step (below `below`) that `config` may resume, 0 for none."""
+    saved = saved_step(workdir, log=log, move_damaged=move_damaged, below=below)
+    if not saved:
+        return 0, {}
+    step = saved.step
+    if saved.config is None:
+        raise RunDirError(f"{checkpoint_dir(workdir)}/{step}: records no config to check a resume against")
+    changes = check_resume(saved.config, config, step)
+    for field, (old, new) in changes.items():
+        log(f"resume: {field} changes from {old!r} to {new!r}")
+    if step > config.train.num_steps:
+        raise RunDirError(f"train.num_steps: {config.train.num_steps} is below step {step}, where the run in "
+                          f"{workdir} stands; nothing to do (raise it to continue, or evaluate a step with "
+                          f"python -m greso_jax.evaluate --checkpoint {workdir}/checkpoints/<step>)")
+    return step, changes
 
 
 def open_run_dir(workdir: str, config, *, is_main: bool = True, log=print) -> RunDir:
@@ -271,20 +304,9 @@ def open_run_dir(workdir: str, config, *, is_main: bool = True, log=print) -> Ru
     lock = WorkdirLock(workdir, log=log) if is_main else None
     try:
         _allowed(config, set(_flatten(json.loads(config.to_json_best_effort()))))  # a typo fails fresh runs too
-        saved = saved_step(workdir, log=log, move_damaged=is_main)
-        step, changes = saved.step if saved else 0, {}
-        if saved:
-            if saved.config is None:
-                raise RunDirError(f"{checkpoint_dir(workdir)}/{step}: records no config to check a resume against")
-            changes = check_resume(saved.config, config, step)
-            for field, (old, new) in changes.items():
-                log(f"resume: {field} changes from {old!r} to {new!r}")
-            if step > config.train.num_steps:
-                raise RunDirError(f"train.num_steps: {config.train.num_steps} is below step {step}, where the run in "
-                                  f"{workdir} stands; nothing to do (raise it to continue, or evaluate a step with "
-                                  f"python -m greso_jax.evaluate --checkpoint {workdir}/checkpoints/<step>)")
+        step, changes = _resume_point(workdir, config, log, move_damaged=is_main)
     except BaseException:
         if lock is not None:
             lock.release()
         raise
-    return RunDir(workdir=workdir, start_step=step, changes=changes, lock=lock)
+    return RunDir(workdir=workdir, start_step=step, changes=changes, lock=lock, config=config, log=log)

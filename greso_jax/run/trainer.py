@@ -191,7 +191,8 @@ class Trainer:
     def run(self) -> dict[str, Any]:
         c = self.config
         start_step = restore_run_state(self.checkpointer, learner=self.learner, selector=self.selector,
-                                       pipeline=self.pipeline, counters=self.counters, step=self.run_dir.start_step)
+                                       pipeline=self.pipeline, counters=self.counters, step=self.run_dir.start_step,
+                                       fall_back=self.run_dir.fall_back)
         if start_step:
             self.log(f"resumed from step {start_step} ({self.checkpointer.directory})")
         writer = MetricsWriter(self.workdir, enabled=self.is_main, resume_step=start_step or None, config=c)

@@ -1,0 +1,184 @@
+"""The fault cases of a run's life beyond one launch (tests/fault_cases.py adds them to its list): a
+run stopped by a signal and relaunched, checkpoint steps that are unverified (no manifest) or hold
+non-finite state. Same `Case` contract as fault_cases.py; the files are damaged independently of
+the package (orbax is used directly to write a NaN into a saved step)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from typing import Callable
+
+from fault_checks import expect_steps, verify_step
+from fault_files import step_dir
+from fault_harness import CONFIG, ENV, Case, Ctx, Result, last_line, run_cli
+from greso_jax.core.files import sha256_of
+
+T = "greso_jax.train"
+
+
+def _train(*overrides: str) -> Callable[[Ctx], list[str]]:
+    return lambda c: [f"--config={CONFIG}", f"--workdir={c.run or os.path.join(c.dir, 'run')}", *overrides]
+
+
+# ------------------------------------------------------------------------------------------ signals
+
+def _wait_for_row(workdir: str, step: int, process: subprocess.Popen, timeout: float = 300) -> bool:
+    path = os.path.join(workdir, "metrics.jsonl")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        if os.path.exists(path):
+            with open(path) as f:
+                if any(line.endswith("\n") and json.loads(line)["step"] >= step for line in f):
+                    return True
+        time.sleep(0.05)
+    return False
+
+
+def signalled_then_relaunched(signals: tuple[int, ...]) -> Callable[[Ctx], Result]:
+    """A 30-step run signalled (each of `signals`, 0.2 s apart) once step 2 is recorded, then the
+    same command again; the relaunch is the case's result, the stopped run's exit status and
+    stderr go to c.extra["stopped"]."""
+    def run(c: Ctx) -> Result:
+        c.run = os.path.join(c.dir, "run")
+        args = [f"--config={CONFIG}", f"--workdir={c.run}", "--config.train.num_steps=30",
+                "--config.checkpoint.every_steps=100"]
+        first = subprocess.Popen([sys.executable, "-m", T, *args], env=ENV, cwd=c.dir, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        try:
+            reached = _wait_for_row(c.run, 2, first)
+            for i, signum in enumerate(signals):
+                time.sleep(0.2 if i else 0)
+                first.send_signal(signum)
+            _, err = first.communicate(timeout=300)
+        finally:
+            first.kill()
+        c.extra["stopped"] = (first.returncode, err, reached)
+        return run_cli(c, T, args)
+    return run
+
+
+def stopped_then_resumed(name: str, code: int) -> Callable[[Ctx, Result], list[str]]:
+    """The stopped run exited `code` with one line naming the signal, the step and how to resume,
+    left a verified checkpoint of that step and no summary; the relaunch resumed from it and finished."""
+    def check(c: Ctx, r: Result) -> list[str]:
+        rc, err, reached = c.extra["stopped"]
+        if not reached:
+            return ["the run ended before it could be signalled"]
+        line = last_line(err)
+        problems = [] if rc == code else [f"the stopped run exited {rc}, not {code}"]
+        if "Traceback" in err or not line.startswith(f"stopped by {name} after step ") or "resume with:" not in line:
+            return problems + [f"the stop line is {line!r}"]
+        step = int(line.split("after step ")[1].split()[0])
+        if verify_step(step_dir(c.run, step)):
+            problems.append(f"checkpoint {step} is not verified: {verify_step(step_dir(c.run, step))}")
+        if f"resumed from step {step}" not in r.stdout:
+            problems.append(f"the relaunch did not resume from step {step}")
+        r.note = f"stopped: exit {rc}, {line[:90]}…; relaunch resumed from step {step}, exit {r.returncode}"
+        return problems + expect_steps(c.run, list(range(31)))
+    return check
+
+
+def hard_stop_then_relaunch(c: Ctx, r: Result) -> list[str]:
+    rc, err, reached = c.extra["stopped"]
+    if not reached:
+        return ["the run ended before it could be signalled"]
+    line = last_line(err)
+    r.note = f"stopped: exit {rc}, {line[:80]}; relaunch exit {r.returncode}"
+    problems = [] if rc == 130 else [f"exit {rc}, not 130"]
+    if "second interrupt: stopping now" not in line or "Traceback" in err:
+        problems.append(f"the stop line is {line!r}")
+    return problems + expect_steps(c.run, list(range(31)))
+
+
+# ------------------------------------------------------------------------------------------ unverified steps
+
+def _rewrite_manifest(folder: str) -> None:
+    """A manifest matching the step's files as they are now (the damage is then invisible to it)."""
+    files = {}
+    for root, _, names in os.walk(folder):
+        for n in names:
+            rel = os.path.relpath(os.path.join(root, n), folder)
+            if rel != "manifest.json":
+                files[rel] = {"size": os.path.getsize(os.path.join(root, n)), "sha256": sha256_of(os.path.join(root, n))}
+    with open(os.path.join(folder, "manifest.json"), "w") as f:
+        json.dump({"files": files}, f)
+
+
+def nan_in_step(step: int) -> Callable[[Ctx], None]:
+    """Writes NaN into one parameter of `step`'s train state with orbax and a manifest that matches."""
+    def setup(c: Ctx) -> None:
+        import jax
+        import numpy as np
+        import orbax.checkpoint as ocp
+
+        path = os.path.join(step_dir(c.run, step), "train_state")
+        checkpointer = ocp.PyTreeCheckpointer()
+        tree = checkpointer.metadata(path).item_metadata.tree
+        state = checkpointer.restore(path, restore_args=jax.tree.map(
+            lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree))
+        leaf = next(x for x in jax.tree.leaves(state["params"]) if np.issubdtype(x.dtype, np.floating))
+        leaf.reshape(-1)[0] = np.nan
+        shutil.rmtree(path)
+        checkpointer.save(path, state)
+        _rewrite_manifest(step_dir(c.run, step))
+    return setup
+
+
+def fell_back_from_2(why: str) -> Callable[[Ctx, Result], list[str]]:
+    def check(c: Ctx, r: Result) -> list[str]:
+        out = r.stdout + r.stderr
+        damaged = [line for line in out.splitlines() if "is damaged" in line]
+        problems = expect_steps(c.run, [0, 1, 2, 3])
+        if len(damaged) != 1 or "checkpoint step 2 is damaged" not in damaged[0] or why not in damaged[0]:
+            problems.append(f"damage of step 2 ({why}) not reported once: {damaged}")
+        if "resumed from step 1" not in out:
+            problems.append("did not resume from step 1")
+        if not os.listdir(os.path.join(c.run, "damaged_checkpoints")):
+            problems.append("step 2 not kept in damaged_checkpoints/")
+        return problems
+    return check
+
+
+def only_step_unverified(c: Ctx, r: Result) -> list[str]:
+    out = r.stdout + r.stderr
+    lines = [line for line in out.splitlines() if "using it unverified" in line]
+    problems = expect_steps(c.run, [0, 1, 2, 3])
+    if len(lines) != 1 or "checkpoint step 2 has no manifest.json" not in lines[0]:
+        problems.append(f"the unverified step is not named in one line: {lines}")
+    return problems + ([] if "resumed from step 2" in out else ["did not resume from step 2"])
+
+
+def cases() -> list[Case]:
+    sig, ckpt = "signal", "unverified checkpoint"
+    return [
+        Case(sig, "SIGTERM mid-run, then the same command", T, None,
+             custom=signalled_then_relaunched((signal.SIGTERM,)), expect="ok",
+             check=stopped_then_resumed("SIGTERM", 143), timeout=900),
+        Case(sig, "Ctrl-C (SIGINT) mid-run, then the same command", T, None,
+             custom=signalled_then_relaunched((signal.SIGINT,)), expect="ok",
+             check=stopped_then_resumed("SIGINT", 130), timeout=900),
+        Case(sig, "Ctrl-C twice: stops at once, the relaunch resumes", T, None,
+             custom=signalled_then_relaunched((signal.SIGINT, signal.SIGINT)), expect="ok",
+             check=hard_stop_then_relaunch, timeout=900),
+        Case(ckpt, "step 2 without manifest.json -> falls back to step 1", T, _train("--config.train.num_steps=3"),
+             copy_run=True, setup=lambda c: os.remove(os.path.join(step_dir(c.run, 2), "manifest.json")),
+             expect="ok", check=fell_back_from_2("manifest.json: missing")),
+        Case(ckpt, "the only step, without manifest.json -> used, named unverified", T,
+             _train("--config.train.num_steps=3"), copy_run=True,
+             setup=lambda c: (shutil.rmtree(step_dir(c.run, 1)),
+                              os.remove(os.path.join(step_dir(c.run, 2), "manifest.json"))) and None,
+             expect="ok", check=only_step_unverified),
+        Case(ckpt, "NaN in step 2's parameters (manifest matches) -> falls back to step 1", T,
+             _train("--config.train.num_steps=3"), copy_run=True, setup=nan_in_step(2), expect="ok",
+             check=fell_back_from_2("not finite")),
+        Case(ckpt, "NaN in every step's parameters -> one line, nothing trained", T,
+             _train("--config.train.num_steps=3"), copy_run=True,
+             setup=lambda c: (nan_in_step(1)(c), nan_in_step(2)(c)) and None,
+             needles=["no intact checkpoint", "not finite"]),
+    ]
