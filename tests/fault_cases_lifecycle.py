@@ -155,8 +155,15 @@ def only_step_unverified(c: Ctx, r: Result) -> list[str]:
 
 
 def cases() -> list[Case]:
-    sig, ckpt = "signal", "unverified checkpoint"
+    sig, ckpt, rund = "signal", "unverified checkpoint", "run directory"
+    no_checkpoints = lambda c: shutil.rmtree(os.path.join(c.run, "checkpoints"))  # noqa: E731
     return [
+        Case(rund, "checkpoints/ gone, relaunched with another strategy", T,
+             _train("--config.train.num_steps=3", "--config.selection.strategy=aero"), copy_run=True,
+             setup=no_checkpoints, protect=records_of,
+             needles=["holds the records of a run", "no checkpoint", "selection.strategy ('greso' -> 'aero')"]),
+        Case(rund, "checkpoints/ gone, relaunched with the same config", T, _train("--config.train.num_steps=3"),
+             copy_run=True, setup=no_checkpoints, expect="ok", check=started_again),
         Case(sig, "SIGTERM mid-run, then the same command", T, None,
              custom=signalled_then_relaunched((signal.SIGTERM,)), expect="ok",
              check=stopped_then_resumed("SIGTERM", 143), timeout=900),
@@ -182,3 +189,24 @@ def cases() -> list[Case]:
              setup=lambda c: (nan_in_step(1)(c), nan_in_step(2)(c)) and None,
              needles=["no intact checkpoint", "not finite"]),
     ]
+
+
+# ------------------------------------------------------------------------------------------ records without checkpoints
+
+def records_of(c: Ctx) -> list[str]:
+    """The finished run's records besides its checkpoints (what a relaunch may not overwrite)."""
+    names = ["metrics.jsonl", "summary.json", "config.json", "configs/0.json", "configs/launches.jsonl"]
+    return [os.path.join(c.run, n) for n in names] + [
+        os.path.join(root, n) for root, _, files in os.walk(os.path.join(c.run, "plots")) for n in files]
+
+
+def started_again(c: Ctx, r: Result) -> list[str]:
+    """Said so in one line, kept the old records aside, recorded a fresh three-step run."""
+    out = r.stdout + r.stderr
+    said = [line for line in out.splitlines() if "starting the same run again" in line]
+    problems = [] if len(said) == 1 else [f"the restart is not said in one line: {said}"]
+    aside = os.path.join(c.run, "previous_records")
+    kept = [os.path.join(aside, d, "metrics.jsonl") for d in (os.listdir(aside) if os.path.isdir(aside) else [])]
+    if not kept or expect_steps(os.path.dirname(kept[0]), [0, 1, 2]):
+        problems.append("the old metrics.jsonl (steps 0-2) is not kept under previous_records/")
+    return problems + expect_steps(c.run, [0, 1, 2, 3])

@@ -30,6 +30,9 @@ from greso_jax.core.specs import ConfigError
 LOCK_FILE = "run.lock"
 CONFIGS_FOLDER = "configs"
 LAUNCHES = "launches.jsonl"
+PREVIOUS_RECORDS = "previous_records"  # the records of a run started again without its checkpoints
+# What a run leaves besides its checkpoints: a workdir holding any of them holds a run.
+RECORDS = ("metrics.jsonl", "summary.json", "groups.jsonl", "plots", "tensorboard", "config.json", CONFIGS_FOLDER)
 
 # Fields a resume may change: they change cadence, layout or evaluation, not what is trained.
 # An entry ending in "." allows its whole section.
@@ -181,15 +184,16 @@ def _allowed(config, known: set[str]) -> set[str]:
     return names
 
 
-def check_resume(saved: dict, config, step: int) -> dict[str, tuple[Any, Any]]:
-    """Raises RunDirError listing the fields that differ from the checkpoint's config and may not
-    change; returns every change (allowed ones included) for the launch record."""
+def check_resume(saved: dict, config, step: int, *, what: str = "") -> dict[str, tuple[Any, Any]]:
+    """Raises RunDirError listing the fields that differ from the checkpoint's config (or the
+    records' config, described by `what`) and may not change; returns every change (allowed ones
+    included) for the launch record."""
     changes = config_changes(saved, config)
     allowed = _allowed(config, set(_flatten(json.loads(config.to_json_best_effort()))))
     refused = sorted(f for f in changes if not _may_change(f) and f not in allowed)
     if refused:
         listed = ", ".join(f"{f} ({changes[f][0]!r} -> {changes[f][1]!r})" for f in refused)
-        raise RunDirError(f"resuming step {step} with a different {listed}: these change what the run means; "
+        raise RunDirError(f"{what or f'resuming step {step}'} with a different {listed}: these change what the run means; "
                           f"use a new --workdir, or --config.checkpoint.allow_changes={','.join(refused)}")
     return changes
 
@@ -278,11 +282,50 @@ class RunDir:
             self.lock.release()
 
 
+def _recorded_steps(workdir: str) -> int | None:
+    """The last step in metrics.jsonl (a partial last line ignored); None: no metrics recorded."""
+    try:
+        with open(os.path.join(workdir, "metrics.jsonl")) as f:
+            steps = [json.loads(line).get("step") for line in f if line.endswith("\n") and line.strip()]
+    except (OSError, ValueError, AttributeError):
+        return None
+    return steps[-1] if steps else None
+
+
+def check_records(workdir: str, config, log) -> dict[str, tuple[Any, Any]]:
+    """A workdir without a checkpoint but with a run's records (metrics.jsonl, summary.json,
+    configs/): the run's identity is its last launch's config.json, and a config that changes what
+    that run means is refused exactly as a resume would be, before anything is written. The same
+    run starts again from step 0 after saying so, its old records moved to previous_records/<time>/
+    (nothing is overwritten). Returns the changes for the launch record ({} without records)."""
+    present = [n for n in RECORDS if os.path.exists(os.path.join(workdir, n))]
+    last = _recorded_steps(workdir)
+    if last is None and "summary.json" not in present:  # launched before, but nothing was trained or recorded
+        return {}
+    described = f"{workdir} holds the records of a run ({', '.join(present)}" + (
+        f", steps to {last}" if last is not None else "") + ") but no checkpoint"
+    try:
+        with open(os.path.join(workdir, "config.json")) as f:
+            recorded = json.load(f)
+    except (OSError, ValueError) as e:
+        raise RunDirError(f"{described}, and no readable config.json to tell which run ({' '.join(str(e).split())}); "
+                          "use a new --workdir") from None
+    changes = check_resume(recorded, config, 0, what=described + ": starting it again")
+    target = os.path.join(workdir, PREVIOUS_RECORDS, datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    os.makedirs(target, exist_ok=True)
+    for name in present:
+        if name != CONFIGS_FOLDER and name != "config.json":  # the launch history goes on
+            os.replace(os.path.join(workdir, name), os.path.join(target, name))
+    log(f"{described}: starting the same run again from step 0; its old records are in {target}")
+    return changes
+
+
 def _resume_point(workdir: str, config, log, *, move_damaged: bool, below: int | None = None):
-    """(step, changes): the newest intact step (below `below`) that `config` may resume, 0 for none."""
+    """(step, changes): the newest intact step (below `below`) that `config` may resume, 0 for none
+    (then the workdir's records, if any, are checked by the lock holder: `check_records`)."""
     saved = saved_step(workdir, log=log, move_damaged=move_damaged, below=below)
     if not saved:
-        return 0, {}
+        return 0, (check_records(workdir, config, log) if move_damaged and below is None else {})
     step = saved.step
     if saved.config is None:
         raise RunDirError(f"{checkpoint_dir(workdir)}/{step}: records no config to check a resume against")
