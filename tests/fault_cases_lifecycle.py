@@ -16,14 +16,16 @@ from typing import Callable
 
 from fault_checks import expect_steps, verify_step
 from fault_files import step_dir
-from fault_harness import CONFIG, ENV, Case, Ctx, Result, last_line, run_cli
+from fault_harness import CONFIG, ENV, EVAL_FAST, Case, Ctx, Result, last_line, run_cli
 from greso_jax.core.files import sha256_of
 
 T = "greso_jax.train"
 
 
 def _train(*overrides: str) -> Callable[[Ctx], list[str]]:
-    return lambda c: [f"--config={CONFIG}", f"--workdir={c.run or os.path.join(c.dir, 'run')}", *overrides]
+    """The train CLI on the tiny config in the case's run folder; overrides may name {model}."""
+    return lambda c: [f"--config={CONFIG}", f"--workdir={c.run or os.path.join(c.dir, 'run')}",
+                      *[o.format(model=c.model) for o in overrides]]
 
 
 # ------------------------------------------------------------------------------------------ signals
@@ -155,7 +157,8 @@ def only_step_unverified(c: Ctx, r: Result) -> list[str]:
 
 
 def cases() -> list[Case]:
-    sig, ckpt, rund = "signal", "unverified checkpoint", "run directory"
+    sig, ckpt, rund, hashes = "signal", "unverified checkpoint", "run directory", "content hash"
+    E = "greso_jax.evaluate"
     no_checkpoints = lambda c: shutil.rmtree(os.path.join(c.run, "checkpoints"))  # noqa: E731
     return [
         Case(rund, "checkpoints/ gone, relaunched with another strategy", T,
@@ -188,6 +191,14 @@ def cases() -> list[Case]:
              _train("--config.train.num_steps=3"), copy_run=True,
              setup=lambda c: (nan_in_step(1)(c), nan_in_step(2)(c)) and None,
              needles=["no intact checkpoint", "not finite"]),
+        Case(hashes, "warm-start cache with eight flipped bytes -> trained again", T, None,
+             custom=damaged_warm_start_cache, expect="ok", check=cache_rebuilt, timeout=900),
+        Case(hashes, "evaluate: a NaN weight in the model folder -> the tensor named", E,
+             lambda c: [f"--checkpoint={c.model}", f"--config={CONFIG}", *EVAL_FAST], copy_model=True,
+             setup=nan_weight, needles=lambda c: [c.model, c.extra["tensor"], "non-finite"]),
+        Case(hashes, "train: model.path with a NaN weight -> the tensor named", T,
+             _train("--config.model.path={model}"), copy_model=True, setup=nan_weight,
+             needles=lambda c: [c.model, c.extra["tensor"], "non-finite"]),
     ]
 
 
@@ -210,3 +221,50 @@ def started_again(c: Ctx, r: Result) -> list[str]:
     if not kept or expect_steps(os.path.dirname(kept[0]), [0, 1, 2]):
         problems.append("the old metrics.jsonl (steps 0-2) is not kept under previous_records/")
     return problems + expect_steps(c.run, [0, 1, 2, 3])
+
+
+# ------------------------------------------------------------------------------------------ content hashes
+
+WARM = ["--config.train.warmstart_steps=20", "--config.train.num_steps=1"]
+
+
+def damaged_warm_start_cache(c: Ctx) -> Result:
+    """A run fills a warm-start cache; eight bytes of its weights are flipped; a second run (another
+    workdir, the same cache) is the result. c.extra["cache"]: the cache folder."""
+    cache = c.extra["cache"] = os.path.join(c.dir, "cache")
+    args = [f"--config={CONFIG}", *WARM, f"--config.train.warmstart_cache_dir={cache}"]
+    first = run_cli(c, T, [*args, f"--workdir={c.dir}/first"])
+    if first.returncode != 0:
+        return first
+    (folder,) = [d for d in os.listdir(cache) if ".partial" not in d]
+    weights = os.path.join(cache, folder, "model.safetensors")
+    with open(weights, "r+b") as f:
+        f.seek(os.path.getsize(weights) - 64)
+        data = f.read(8)
+        f.seek(os.path.getsize(weights) - 64)
+        f.write(bytes(b ^ 0xFF for b in data))
+    c.extra["folder"] = folder
+    return run_cli(c, T, [*args, f"--workdir={c.dir}/second"])
+
+
+def cache_rebuilt(c: Ctx, r: Result) -> list[str]:
+    out = r.stdout + r.stderr
+    problems = [] if f"{c.extra['folder']} is damaged (model.safetensors: content differs" in out else [
+        "the damaged cache was not named"]
+    if "reusing" in out or "supervised steps" not in out:
+        problems.append("the damaged cache was loaded instead of trained again")
+    return problems
+
+
+def nan_weight(c: Ctx) -> None:
+    """The first float32 tensor of the model folder's model.safetensors starts with a NaN."""
+    import struct
+
+    path = os.path.join(c.model, "model.safetensors")
+    with open(path, "r+b") as f:
+        length = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(length))
+        name = sorted(n for n, t in header.items() if n != "__metadata__" and t["dtype"] == "F32")[0]
+        f.seek(8 + length + header[name]["data_offsets"][0])
+        f.write(struct.pack("<f", float("nan")))
+    c.extra["tensor"] = name
