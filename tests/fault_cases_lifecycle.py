@@ -199,6 +199,7 @@ def cases() -> list[Case]:
         Case(hashes, "train: model.path with a NaN weight -> the tensor named", T,
              _train("--config.model.path={model}"), copy_model=True, setup=nan_weight,
              needles=lambda c: [c.model, c.extra["tensor"], "non-finite"]),
+        *data_cases(),
     ]
 
 
@@ -268,3 +269,53 @@ def nan_weight(c: Ctx) -> None:
         f.seek(8 + length + header[name]["data_offsets"][0])
         f.write(struct.pack("<f", float("nan")))
     c.extra["tensor"] = name
+
+
+# ------------------------------------------------------------------------------------------ data warnings
+
+def _jsonl_with(name: str, edit: Callable[[list[str]], list[str]]) -> Callable[[Ctx], None]:
+    """c.dir/name: the shared good training file's lines after `edit`."""
+    def setup(c: Ctx) -> None:
+        with open(c.good_jsonl) as f:
+            lines = f.read().splitlines()
+        with open(os.path.join(c.dir, name), "w") as f:
+            f.write("".join(line + "\n" for line in edit(lines)))
+    return setup
+
+
+def _other_gold(lines: list[str]) -> list[str]:
+    """Line 5 repeats line 2's question with another answer."""
+    row = json.loads(lines[1])
+    return [*lines[:4], json.dumps({"question": row["question"], "answer": row["answer"] + "1"}), *lines[4:]]
+
+
+def _foreign_character(lines: list[str]) -> list[str]:
+    """Line 3's question holds a character the arithmetic alphabet lacks."""
+    row = json.loads(lines[2])
+    return [*lines[:2], json.dumps({"question": row["question"] + " ≈", "answer": row["answer"]}), *lines[3:]]
+
+
+def conflict_warned(c: Ctx, r: Result) -> list[str]:
+    return [] if "different gold answers" in r.stderr and "dup.jsonl:5" in r.stderr else [
+        "the conflicting golds were not reported"]
+
+
+def data_cases() -> list[Case]:
+    data = "bad data"
+    jsonl = ["--config.data.source=jsonl", "--config.train.num_steps=1"]
+    return [
+        Case(data, "the same prompt twice with different golds (lines 2 and 5)", T,
+             lambda c: _train(*jsonl, f"--config.data.path={c.dir}/dup.jsonl")(c),
+             setup=_jsonl_with("dup.jsonl", _other_gold),
+             needles=["dup.jsonl:2", "dup.jsonl:5", "different gold answers", "data.allow_conflicting_golds"]),
+        Case(data, "... with data.allow_conflicting_golds=true: trains, warned", T,
+             lambda c: _train(*jsonl, f"--config.data.path={c.dir}/dup.jsonl",
+                              "--config.data.allow_conflicting_golds=true")(c),
+             setup=_jsonl_with("dup.jsonl", _other_gold), expect="ok", check=conflict_warned),
+        Case(data, "a character the char tokenizer cannot encode (line 3)", T,
+             lambda c: _train(*jsonl, f"--config.data.path={c.dir}/chars.jsonl")(c),
+             setup=_jsonl_with("chars.jsonl", _foreign_character), needles=["chars.jsonl:3", "not in the alphabet"]),
+        Case(data, "every prompt longer than data.max_prompt_length", T,
+             lambda c: _train(*jsonl, f"--config.data.path={c.good_jsonl}", "--config.data.max_prompt_length=2")(c),
+             needles=["good.jsonl", "every prompt is longer than data.max_prompt_length=2"]),
+    ]
