@@ -200,6 +200,7 @@ def cases() -> list[Case]:
              _train("--config.model.path={model}"), copy_model=True, setup=nan_weight,
              needles=lambda c: [c.model, c.extra["tensor"], "non-finite"]),
         *data_cases(),
+        *records_cases(),
     ]
 
 
@@ -318,4 +319,41 @@ def data_cases() -> list[Case]:
         Case(data, "every prompt longer than data.max_prompt_length", T,
              lambda c: _train(*jsonl, f"--config.data.path={c.good_jsonl}", "--config.data.max_prompt_length=2")(c),
              needles=["good.jsonl", "every prompt is longer than data.max_prompt_length=2"]),
+    ]
+
+
+# ------------------------------------------------------------------------------------------ records that do not read back
+
+def append(path: str, text: str) -> None:
+    with open(path, "a") as f:
+        f.write(text)
+
+
+def garble_line_2(c: Ctx) -> None:
+    path = os.path.join(c.run, "metrics.jsonl")
+    with open(path) as f:
+        lines = f.readlines()
+    lines[1] = lines[1][: len(lines[1]) // 2] + "\n"
+    with open(path, "w") as f:
+        f.writelines(lines)
+
+
+def no_lock_left(c: Ctx, r: Result) -> list[str]:
+    return [f"{c.dir}/run/run.lock is left"] if os.path.exists(os.path.join(c.dir, "run", "run.lock")) else []
+
+
+def records_cases() -> list[Case]:
+    rund = "run directory"
+    return [
+        Case(rund, "metrics.jsonl ends in a partial line (a killed write) -> resumes", T,
+             _train("--config.train.num_steps=3"), copy_run=True,
+             setup=lambda c: append(os.path.join(c.run, "metrics.jsonl"), '{"step": 3, "rollout/rew'),
+             expect="ok", check=lambda c, r: expect_steps(c.run, [0, 1, 2, 3])),
+        Case(rund, "metrics.jsonl with a garbled line 2 -> one line, nothing rewritten", T,
+             _train("--config.train.num_steps=3"), copy_run=True, setup=garble_line_2,
+             protect=lambda c: [os.path.join(c.run, n) for n in ("config.json", "configs/launches.jsonl",
+                                                                 "metrics.jsonl", "summary.json")],
+             needles=["metrics.jsonl:2", "unreadable record"]),
+        Case(rund, "mesh error in a new workdir leaves no run.lock", T, _train("--config.mesh.data=3"),
+             needles=["mesh.data*mesh.fsdp*mesh.tensor = 3"], check=no_lock_left),
     ]

@@ -12,6 +12,7 @@ is described by the config saved in its own metadata, not by the latest launch's
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import datetime
 import difflib
@@ -19,12 +20,14 @@ import fcntl
 import json
 import os
 import socket
+import time
 from typing import Any
 
 from greso_jax import selection
 from greso_jax.run.checkpoint import (CheckpointError, checkpoint_dir, choose_restore_step, finished_steps,
                                       manifest_problem, move_aside, read_step_meta)
 from greso_jax.config import get_config
+from greso_jax.run.records import read_metrics
 from greso_jax.core.specs import ConfigError
 
 LOCK_FILE = "run.lock"
@@ -67,6 +70,8 @@ def _holder_alive(holder: dict) -> bool:
 
 
 def _describe(holder: dict) -> str:
+    if not holder:
+        return "a process that is starting and has not written its name yet"
     return f"host {holder.get('host')}, pid {holder.get('pid')}, started {holder.get('started')}"
 
 
@@ -81,6 +86,11 @@ class WorkdirLock:
             fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = self._read()
+            for _ in range(20):  # a holder that is starting takes the flock first, then writes its name
+                if holder:
+                    break
+                time.sleep(0.05)
+                holder = self._read()
             self._file.close()
             raise RunDirError(f"{workdir} is in use by another run ({_describe(holder)}); "
                               f"wait for it to finish or use another --workdir") from None
@@ -98,6 +108,8 @@ class WorkdirLock:
         self._file.truncate()
         self._file.write(json.dumps(me))
         self._file.flush()
+        self.workdir = workdir
+        atexit.register(self.release)  # an error exit releases it too; only a killed run leaves its name
 
     def _read(self) -> dict:
         self._file.seek(0)
@@ -107,12 +119,19 @@ class WorkdirLock:
             return {"host": "?", "pid": "?", "started": "? (unreadable lock file)"}
 
     def release(self) -> None:
-        """Empties the lock file (a clean exit leaves no holder behind) and drops the flock."""
+        """Empties the lock file (a clean exit leaves no holder behind) and drops the flock; in a
+        workdir that holds nothing else (a launch that failed before writing), removes the file."""
         if self._file.closed:
             return
         self._file.seek(0)
         self._file.truncate()
+        try:
+            if os.listdir(self.workdir) == [LOCK_FILE]:
+                os.remove(self.path)
+        except OSError:  # the workdir went away meanwhile: nothing to tidy
+            pass
         self._file.close()
+        atexit.unregister(self.release)
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
@@ -283,13 +302,9 @@ class RunDir:
 
 
 def _recorded_steps(workdir: str) -> int | None:
-    """The last step in metrics.jsonl (a partial last line ignored); None: no metrics recorded."""
-    try:
-        with open(os.path.join(workdir, "metrics.jsonl")) as f:
-            steps = [json.loads(line).get("step") for line in f if line.endswith("\n") and line.strip()]
-    except (OSError, ValueError, AttributeError):
-        return None
-    return steps[-1] if steps else None
+    """The last step in metrics.jsonl; None: no metrics recorded."""
+    rows = read_metrics(workdir)
+    return rows[-1].get("step") if rows else None
 
 
 def check_records(workdir: str, config, log) -> dict[str, tuple[Any, Any]]:
@@ -347,6 +362,7 @@ def open_run_dir(workdir: str, config, *, is_main: bool = True, log=print) -> Ru
     lock = WorkdirLock(workdir, log=log) if is_main else None
     try:
         _allowed(config, set(_flatten(json.loads(config.to_json_best_effort()))))  # a typo fails fresh runs too
+        read_metrics(workdir)  # an unreadable record fails before this launch writes anything
         step, changes = _resume_point(workdir, config, log, move_damaged=is_main)
     except BaseException:
         if lock is not None:
