@@ -321,7 +321,9 @@ def check_golds(rows: PromptRows, *, allow_conflicts: bool) -> PromptRows:
     first = conflicts[0]
     shown = "; ".join(f"{r.where or f'prompt {r.prompt_id}'}: {r.ground_truth!r}" for r in first[:4])
     more = f" (and {len(conflicts) - 1} more prompts)" if len(conflicts) > 1 else ""
-    message = (f"{rows.path}: the prompt {first[0].question.strip()[:60]!r} has different gold answers ({shown})"
+    question = first[0].question.strip()
+    question = question if len(question) <= 80 else question[:30] + " … " + question[-50:]  # a shared instruction
+    message = (f"{rows.path}: the prompt {question!r} has different gold answers ({shown})"
                f"{more}")
     if not allow_conflicts:
         raise DataError(f"{message}; fix the file, or set data.allow_conflicting_golds=true to train on every row")
