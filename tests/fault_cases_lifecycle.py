@@ -201,6 +201,7 @@ def cases() -> list[Case]:
              needles=lambda c: [c.model, c.extra["tensor"], "non-finite"]),
         *data_cases(),
         *records_cases(),
+        *evaluate_cases(),
     ]
 
 
@@ -356,4 +357,21 @@ def records_cases() -> list[Case]:
              needles=["metrics.jsonl:2", "unreadable record"]),
         Case(rund, "mesh error in a new workdir leaves no run.lock", T, _train("--config.mesh.data=3"),
              needles=["mesh.data*mesh.fsdp*mesh.tensor = 3"], check=no_lock_left),
+    ]
+
+
+def evaluate_cases() -> list[Case]:
+    E = "greso_jax.evaluate"
+
+    def quiet(c: Ctx, r: Result) -> list[str]:
+        info = [line for line in r.stderr.splitlines() if line.startswith("I") and "] " in line]  # absl INFO
+        return [f"{len(info)} INFO log lines, the first: {info[0][:100]}"] if info else []
+
+    return [
+        Case("bad config", "evaluate --output onto a folder -> one line before evaluating", E,
+             lambda c: [f"--checkpoint={c.run}", *EVAL_FAST, f"--output={c.dir}"], copy_run=True,
+             needles=["--output", "is a folder"],
+             check=lambda c, r: ["it evaluated first"] if r.seconds > 60 or "eval" in r.stdout else []),
+        Case("run directory", "evaluate a run workdir: no orbax INFO logging", E,
+             lambda c: [f"--checkpoint={c.run}", *EVAL_FAST], copy_run=True, expect="ok", check=quiet),
     ]
