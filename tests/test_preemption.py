@@ -74,11 +74,13 @@ def uninterrupted(tmp_path_factory):
 def test_a_signal_stops_after_the_step_in_flight_and_the_resume_is_exact(tmp_path, uninterrupted, signum, name,
                                                                          code):
     workdir = tmp_path / "run"
+    # Its own process group, signalled as a whole: what a terminal's Ctrl-C and a scheduler's SIGTERM
+    # reach (the grading workers too, which must leave the stop to the trainer).
     run = subprocess.Popen(_train_command(workdir), env=ENV, cwd=ROOT, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
+                           stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         _wait_for_step(workdir, 2, run)
-        run.send_signal(signum)
+        os.killpg(run.pid, signum)
         _, stderr = run.communicate(timeout=TIMEOUT)
     finally:
         run.kill()
@@ -86,6 +88,7 @@ def test_a_signal_stops_after_the_step_in_flight_and_the_resume_is_exact(tmp_pat
     step = _stopped_step(stderr, name)
     assert 2 <= step < NUM_STEPS
     _assert_verified_checkpoint(workdir, step)
+    assert all(r.get("rewards/grading_failures", 0) == 0 for r in _rows(workdir))
     assert [r["step"] for r in _rows(workdir)] == list(range(step + 1))  # the records hold every finished step
     assert not (workdir / "summary.json").exists()  # the run is not finished
     assert (workdir / "run.lock").read_text() == ""  # released: the relaunch takes no stale lock over
