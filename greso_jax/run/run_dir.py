@@ -21,6 +21,7 @@ import json
 import os
 import socket
 import time
+import weakref
 from typing import Any
 
 from greso_jax import selection
@@ -109,7 +110,11 @@ class WorkdirLock:
         self._file.write(json.dumps(me))
         self._file.flush()
         self.workdir = workdir
-        atexit.register(self.release)  # an error exit releases it too; only a killed run leaves its name
+        # An error exit releases it too; only a killed run leaves its name. A weak reference: a lock
+        # its owner dropped is closed by the garbage collector, as before, not held until exit.
+        me_ref = weakref.ref(self)
+        self._at_exit = lambda: me_ref() is not None and me_ref().release()
+        atexit.register(self._at_exit)
 
     def _read(self) -> dict:
         self._file.seek(0)
@@ -131,7 +136,7 @@ class WorkdirLock:
         except OSError:  # the workdir went away meanwhile: nothing to tidy
             pass
         self._file.close()
-        atexit.unregister(self.release)
+        atexit.unregister(self._at_exit)
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
