@@ -286,6 +286,11 @@ def main(argv) -> None:
         pass_k = [int(k) for k in f.k] if f.k else None
     except ValueError:
         raise EvaluateError(f"--k: expected integers, got {','.join(f.k)}") from None
+    if f.output and os.path.isdir(f.output):  # found before the evaluation, not after it
+        raise EvaluateError(f"--output: {f.output} is a folder; name the JSON file to write")
+    from absl import logging
+
+    logging.set_verbosity(logging.WARNING)  # orbax logs every checkpoint file it reads at INFO
     results = evaluate(f.checkpoint, config=f.config, num_grading_workers=f.grading_workers,
                        batch_prompts=f.batch_prompts, benchmarks=f.benchmarks, num_samples=f.num_samples,
                        temperature=f.temperature, top_p=f.top_p, max_new_tokens=f.max_new_tokens,

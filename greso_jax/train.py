@@ -8,6 +8,7 @@ from absl import flags, logging
 from ml_collections import config_flags
 
 from greso_jax.run import cli
+from greso_jax.parallel import preemption
 from greso_jax.parallel.distributed import initialize_from_flags  # defines the multi-host flags
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (…/x.py[:variant]).",
@@ -21,6 +22,9 @@ def main(argv) -> None:
     del argv
     logging.set_verbosity(logging.WARNING)  # orbax logs every checkpoint file at INFO
     initialize_from_flags()
+    # After initialize: jax.distributed installs its own SIGTERM notifier, which this replaces (the
+    # hosts agree on the stop step through preemption.stop_agreed instead).
+    preemption.install()  # SIGTERM / SIGINT: stop after the step in flight, checkpointed (exit 143 / 130)
     from greso_jax.run.run_dir import RunDirError
     from greso_jax.run.trainer import Trainer
 

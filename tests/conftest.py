@@ -2,6 +2,7 @@
 sets, a warm-started tiny policy, the selection simulator; the --fault-table option."""
 
 import os
+import sys
 
 import pytest
 

@@ -179,9 +179,12 @@ def test_bad_input_is_named(constant_policy, tmp_path):
 
 def test_resolve_checkpoint_forms(tmp_path):
     run = tmp_path / "run"
-    for step in (10, 30):  # a step is finished once its folder has a readable metadata item
+    from greso_jax.run.checkpoint import write_manifest
+
+    for step in (10, 30):  # a step is finished once its folder has a readable metadata item and a manifest
         (run / "checkpoints" / str(step) / "meta").mkdir(parents=True)
         (run / "checkpoints" / str(step) / "meta" / "metadata").write_text("{}")
+        write_manifest(str(run / "checkpoints" / str(step)))
     assert resolve_checkpoint(str(run)).step == 30
     assert resolve_checkpoint(str(run / "checkpoints" / "10")).step == 10
     hf = tmp_path / "hf"

@@ -224,3 +224,26 @@ def test_an_unreachable_band_fails_after_real_sampled_checks(tmp_path):
                                              r"10: 0\.\d{3}, 20: 0\.\d{3}\)"):
         build_policy(c, build_tokenizer(c), rows, str(tmp_path), make_mesh(1, 1, 1), log=lambda *a: None)
     assert not (tmp_path / "warmstart").exists() or _published(tmp_path / "warmstart") == []
+
+
+def test_a_damaged_cache_is_trained_again_and_replaced_never_loaded(tmp_path):
+    first, _ = _warmstart(tmp_path, None, steps=5)
+    (folder,) = _published(tmp_path)
+    weights = os.path.join(tmp_path, folder, "model.safetensors")
+    with open(weights, "r+b") as f:  # eight flipped bytes in the tensor data, the header intact
+        f.seek(os.path.getsize(weights) - 64)
+        data = bytearray(f.read(8))
+        f.seek(os.path.getsize(weights) - 64)
+        f.write(bytes(b ^ 0xFF for b in data))
+    lines = []
+    again, record = cached_warmstart(init_model(CFG, seed=0), PAIRS, cache_dir=str(tmp_path), eos_id=9, pad_id=0,
+                                     width=8, steps=5, batch_size=2, learning_rate=1e-2, seed=0, log=lines.append)
+    assert any(f"{folder} is damaged (model.safetensors: content differs" in line for line in lines), lines
+    assert record["steps"] == 5 and "files" not in record
+    for a, b in zip(_params(first), _params(again)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert any(name.startswith(folder + ".damaged-") for name in os.listdir(tmp_path))  # kept aside
+    lines.clear()
+    cached_warmstart(init_model(CFG, seed=0), PAIRS, cache_dir=str(tmp_path), eos_id=9, pad_id=0, width=8, steps=5,
+                     batch_size=2, learning_rate=1e-2, seed=0, log=lines.append)
+    assert any("reusing" in line for line in lines), lines  # the rebuilt folder verifies

@@ -37,6 +37,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.data.prompt_template = "plain"
     c.data.max_prompt_length = 64
     c.data.skip_bad_rows = False
+    c.data.allow_conflicting_golds = False  # train on a prompt that occurs with different gold answers (warned)
     c.data.shuffle = True
     c.data.arith_num_train = 3000
     c.data.arith_num_heldout = 600

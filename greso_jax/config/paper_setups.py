@@ -43,6 +43,8 @@ def paper_config(variant: str, *, preset: str, train_batch_size: int, rollout_ba
 
     c.data.source = "parquet"
     c.data.dataset = "dapo_math17k"  # the GRESO paper's training set (verl parquet), by name
+    # 7 of its prompts occur twice with different gold answers; the paper trained on every row
+    c.data.allow_conflicting_golds = True
     c.data.path = ""
     c.data.prompt_template = "greso"
     c.data.max_prompt_length = max_prompt_length

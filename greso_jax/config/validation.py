@@ -65,6 +65,7 @@ FIELD_SPECS: dict[str, Spec] = {
     "data.prompt_template": Spec(STR, choices=PROMPT_TEMPLATES),
     "data.max_prompt_length": Spec(INT, 1),
     "data.skip_bad_rows": Spec(BOOL),
+    "data.allow_conflicting_golds": Spec(BOOL),
     "data.shuffle": Spec(BOOL),
     "data.arith_num_train": Spec(INT, 1),
     "data.arith_num_heldout": Spec(INT, 0),

@@ -151,9 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             for file in DATASETS[name].files:
                 fetch_file(file, root)
-    except (FetchError, OSError) as e:
+    except (FetchError, OSError) as e:  # no network, a full disk: one line and status 2, like every CLI error
         print(f"fetch: {e}", file=sys.stderr)
-        return 1
+        return 2
     print(f"data folder: {root}")
     return 0
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from greso_jax.data.prompts import TEMPLATES, format_prompt
 from greso_jax.data.rows import PromptRow
+from greso_jax.data.sources import DataError
 
 STATE_VERSION = 2  # 1: Grain's shuffle order (MapDataset.shuffle), not resumable here
 
@@ -49,6 +50,22 @@ class KeepAll:
 
     def should_keep(self, prompt_ids: np.ndarray, epochs: np.ndarray | None = None) -> np.ndarray:
         return np.ones(len(prompt_ids), dtype=bool)
+
+
+def _measure_fits(rows: Sequence[PromptRow], encode, max_prompt_length: int, path: str) -> np.ndarray:
+    """int8 [N]: 1 where a row's prompt is at most `max_prompt_length` tokens, -1 where it is longer.
+    Raises DataError naming the file and row of a prompt the tokenizer cannot encode (e.g. a
+    character outside the char tokenizer's alphabet), and when no prompt fits."""
+    lengths = np.zeros(len(rows), np.int64)
+    for i, row in enumerate(rows):
+        try:
+            lengths[i] = len(encode(row))
+        except ValueError as e:
+            raise DataError(f"{row.where or f'{path} prompt {row.prompt_id}'}: {e}") from None
+    if lengths.min() > max_prompt_length:
+        raise DataError(f"{path or 'the training data'}: every prompt is longer than data.max_prompt_length="
+                        f"{max_prompt_length} tokens (the shortest has {lengths.min()}); raise it or use shorter prompts")
+    return np.where(lengths <= max_prompt_length, 1, -1).astype(np.int8)
 
 
 class PromptPipeline:
@@ -84,7 +101,8 @@ class PromptPipeline:
         # Global stream position consumed so far (all hosts together): what lets a checkpoint of
         # one shard layout resume under another. None once a plain sharded pull made it unknowable.
         self._global_position: int | None = 0
-        self._fits = np.zeros(len(self.rows), dtype=np.int8)  # per row: 1 fits, -1 too long, 0 not yet measured
+        # per row: 1 fits, -1 too long (measured up front: an unencodable or no fitting prompt fails here)
+        self._fits = _measure_fits(self.rows, self._prompt_tokens, max_prompt_length, getattr(rows, "path", ""))
         self._orders: dict[int, np.ndarray] = {}
         # Only the prompts the keep filter accepts pass through the element path (random access):
         # a selector may skip most of the stream, and each skip should cost an array lookup.
@@ -141,9 +159,7 @@ class PromptPipeline:
         return rows, positions
 
     def _fitting(self, rows: np.ndarray) -> np.ndarray:
-        """Whether each row's prompt fits max_prompt_length, bool [K] (each prompt tokenised once, then memoised)."""
-        for row in np.unique(rows[self._fits[rows] == 0]):
-            self._fits[row] = 1 if len(self._prompt_tokens(self.rows[row])) <= self.max_prompt_length else -1
+        """Whether each row's prompt fits max_prompt_length, bool [K] (measured once, up front)."""
         return self._fits[rows] > 0
 
     def _peek_fitting(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

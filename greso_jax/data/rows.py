@@ -15,6 +15,7 @@ class PromptRow:
     data_source: str
     difficulty: int = -1  # the level: synthetic tasks' difficulty, a file's data.level_field rank; -1: none
     messages: list[dict] | None = None  # the chat prompt as stored (verl parquet)
+    where: str = ""  # where it was read: "<file>:<line>" (jsonl), "<file>: row <n>" (parquet); "": generated
 
 
 class PromptRows(list):

@@ -199,7 +199,8 @@ def load_jsonl(path: str, *, format: str | None = None, skip_bad_rows: bool = Fa
                 if not isinstance(record, dict):
                     raise ValueError(f"expected a JSON object, got {type(record).__name__}")
                 question, gold = read_row(record)
-                row = PromptRow(prompt_id=len(rows), question=question, ground_truth=gold, data_source=format)
+                row = PromptRow(prompt_id=len(rows), question=question, ground_truth=gold, data_source=format,
+                                where=f"{path}:{line_number}")
                 if not row.ground_truth.strip():
                     raise ValueError("the gold answer is empty")
                 level = _level_key(record, level_field)
@@ -250,6 +251,7 @@ def load_verl_parquet(path: str, *, skip_bad_rows: bool = False, level_field: st
     for row_number, record in enumerate(table.to_pylist(), start=1):
         try:
             row, level = _parquet_row(record, len(rows)), _level_key(record, level_field)
+            row.where = f"{path}: row {row_number}"
             rows.append(row)
             levels.append(level)
         except ValueError as e:
@@ -300,18 +302,50 @@ def load_eval_sets(benchmarks: Sequence[str], *, data_dir: str = "", max_problem
 SOURCES = ("arith", "parquet", "jsonl")
 
 
+def conflicting_golds(rows: Sequence[PromptRow]) -> list[list[PromptRow]]:
+    """The rows of each prompt (question text, surrounding whitespace ignored) that occurs more than
+    once with different gold answers, in file order: one list per such prompt."""
+    by_question: dict[str, list[PromptRow]] = {}
+    for row in rows:
+        by_question.setdefault(row.question.strip(), []).append(row)
+    return [same for same in by_question.values() if len({r.ground_truth.strip() for r in same}) > 1]
+
+
+def check_golds(rows: PromptRows, *, allow_conflicts: bool) -> PromptRows:
+    """Reports prompts that occur with different gold answers (file, rows, golds): a DataError
+    unless `allow_conflicts` (data.allow_conflicting_golds), then one warning. Such a prompt is
+    graded wrong against one of its golds whatever the policy answers."""
+    conflicts = conflicting_golds(rows)
+    if not conflicts:
+        return rows
+    first = conflicts[0]
+    shown = "; ".join(f"{r.where or f'prompt {r.prompt_id}'}: {r.ground_truth!r}" for r in first[:4])
+    more = f" (and {len(conflicts) - 1} more prompts)" if len(conflicts) > 1 else ""
+    question = first[0].question.strip()
+    question = question if len(question) <= 80 else question[:30] + " … " + question[-50:]  # a shared instruction
+    message = (f"{rows.path}: the prompt {question!r} has different gold answers ({shown})"
+               f"{more}")
+    if not allow_conflicts:
+        raise DataError(f"{message}; fix the file, or set data.allow_conflicting_golds=true to train on every row")
+    _log.warning(f"{message}; training on every row (data.allow_conflicting_golds)")
+    return rows
+
+
 def load_source(*, source: str, path: str = "", skip_bad_rows: bool = False, arith_num_train: int = 3000,
                 arith_num_heldout: int = 600, arith_seed: int = 1234,
-                arith_level_weights: Sequence[float] = (), level_field: str = "") -> PromptRows:
+                arith_level_weights: Sequence[float] = (), level_field: str = "",
+                allow_conflicting_golds: bool = False) -> PromptRows:
     """The training prompts: the arithmetic training pool of the given generator settings
     (source "arith", whose rows carry their levels), or the verl parquet / jsonl file at `path`
-    (levels from `level_field`, if given)."""
+    (levels from `level_field`, if given; prompts with conflicting golds refused: `check_golds`)."""
     if source == "arith":
         train, _ = arith.make_arith_pools(arith_num_train, arith_num_heldout, arith_seed,
                                           arith.level_weights(arith_level_weights))
         return _check_not_empty(PromptRows(train, path="arith"), "arith")
     if source == "parquet":
-        return load_verl_parquet(path, skip_bad_rows=skip_bad_rows, level_field=level_field)
-    if source == "jsonl":
-        return load_jsonl(path, skip_bad_rows=skip_bad_rows, level_field=level_field)
-    raise DataError(f"source: unknown prompt source {source!r} (one of {', '.join(SOURCES)})")
+        rows = load_verl_parquet(path, skip_bad_rows=skip_bad_rows, level_field=level_field)
+    elif source == "jsonl":
+        rows = load_jsonl(path, skip_bad_rows=skip_bad_rows, level_field=level_field)
+    else:
+        raise DataError(f"source: unknown prompt source {source!r} (one of {', '.join(SOURCES)})")
+    return check_golds(rows, allow_conflicts=allow_conflicting_golds)

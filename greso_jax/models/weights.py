@@ -145,9 +145,10 @@ def from_pretrained(path: str, dtype: str = "float32", mesh: Mesh | None = None,
                              f"{tuple(var.value.shape[::-1] if transposed else var.value.shape)}")
 
         def read(index):
-            if transposed:
-                return np.asarray(source[tuple(index[::-1])]).T.astype(target)
-            return np.asarray(source[tuple(index)]).astype(target)
+            block = np.asarray(source[tuple(index[::-1])]).T if transposed else np.asarray(source[tuple(index)])
+            if not np.all(np.isfinite(block)):  # a model that would evaluate to 0 and train on nothing
+                raise ModelFolderError(f"{path}: tensor {name} holds non-finite values (NaN or inf)")
+            return block.astype(target)
 
         if mesh is None:
             full = tuple(slice(None) for _ in var.value.shape)

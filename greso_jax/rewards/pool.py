@@ -41,7 +41,10 @@ class ScoreResult:
 
 def _worker_main(conn, timeout_s: float, shaping: str, memory_limit_mb: int, grader) -> None:
     """Worker loop: receives lists of (index, response, gold), sends one result per item."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
+    # The parent decides when workers stop (it kills them): a Ctrl-C or a scheduler's SIGTERM to the
+    # whole process group must not cut the step in flight's grading short while the parent stops safely.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if memory_limit_mb > 0:
         import resource
 

@@ -124,7 +124,7 @@ def train_rows_from_config(config) -> PromptRows:
     d = config.data
     path = catalog.training_file(d.dataset, d.data_dir) if d.dataset else d.path
     return load_source(source=d.source, path=path, skip_bad_rows=d.skip_bad_rows, level_field=d.level_field,
-                       **_arith_settings(d))
+                       allow_conflicting_golds=d.allow_conflicting_golds, **_arith_settings(d))
 
 
 def rows_from_config(config) -> tuple[PromptRows, dict[str, PromptRows]]:

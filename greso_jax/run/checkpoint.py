@@ -8,7 +8,9 @@ from (seed, step), so the step is enough.
 
 After a step is written, `manifest.json` in its folder records every file's size and SHA-256;
 `choose_restore_step` checks it before anything is restored, so a damaged or partial step is
-reported and skipped instead of being restored (or crashing orbax) on every restart.
+reported and skipped instead of being restored (or crashing orbax) on every restart. A step
+without a manifest is damaged too (unless it is the only one), and restored state is checked
+finite before it is used: nothing unverified trains on.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import json
 import os
 import shutil
 import time
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -115,32 +117,46 @@ def read_step_meta(checkpoint_dir: str, step: int) -> dict | None:
     return meta if isinstance(meta, dict) else None
 
 
-def choose_restore_step(checkpoint_dir: str, *, log=print, move_damaged: bool = True) -> int | None:
-    """The newest step whose files match its manifest (None: no steps). Damaged steps newer than it
-    are reported in one line each and, with `move_damaged` (the one process that may write), moved
-    to the workdir's damaged_checkpoints/ so that orbax neither restores nor overwrites them. A step
-    without a manifest (the run stopped between writing it and writing its manifest) is used,
-    unverified. Raises CheckpointError naming each step and file when no step is intact."""
+def move_aside(checkpoint_dir: str, step: int) -> str:
+    """Moves a damaged step to the workdir's damaged_checkpoints/ (kept for inspection, out of orbax's
+    sight: it neither restores nor overwrites it) and returns where it went."""
+    target = os.path.join(os.path.dirname(checkpoint_dir), DAMAGED_FOLDER, f"{step}-{time.strftime('%Y%m%d-%H%M%S')}")
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    shutil.move(os.path.join(checkpoint_dir, str(step)), target)
+    return target
+
+
+def manifest_problem(checkpoint_dir: str, step: int, *, log=print) -> str | None:
+    """What is wrong with `step` against its manifest (None: intact). A step without a manifest (a
+    save cut short between writing the step and its manifest: SIGKILL, a crash) counts as damaged,
+    unless it is the only step: then it is used, named as unverified in one line."""
+    try:
+        return step_damage(os.path.join(checkpoint_dir, str(step)))
+    except FileNotFoundError:
+        if finished_steps(checkpoint_dir) == [step]:
+            log(f"checkpoint step {step} has no {MANIFEST} (its save was cut short) and is the only step; "
+                "using it unverified")
+            return None
+        return f"{step}/{MANIFEST}: missing (its save was cut short)"
+
+
+def choose_restore_step(checkpoint_dir: str, *, log=print, move_damaged: bool = True,
+                        below: int | None = None) -> int | None:
+    """The newest step (below `below`, if given) whose files match its manifest (None: no steps).
+    Damaged steps newer than it are reported in one line each and, with `move_damaged` (the one
+    process that may write), moved aside (`move_aside`). Raises CheckpointError naming each step
+    and file when no step is intact."""
     if not os.path.isdir(checkpoint_dir):
         return None
-    steps = sorted((int(n) for n in os.listdir(checkpoint_dir)
-                    if n.isdigit() and os.path.isdir(os.path.join(checkpoint_dir, n))), reverse=True)
+    steps = [s for s in reversed(finished_steps(checkpoint_dir)) if below is None or s < below]
     damaged: list[tuple[int, str]] = []
     for step in steps:
-        step_dir = os.path.join(checkpoint_dir, str(step))
-        try:
-            problem = step_damage(step_dir)
-        except FileNotFoundError:
-            log(f"checkpoint step {step} has no {MANIFEST} (the run stopped before writing it); using it unverified")
-            problem = None
+        problem = manifest_problem(checkpoint_dir, step, log=log)
         if problem is None and read_step_meta(checkpoint_dir, step) is None:
             problem = f"{step}/{META}/metadata: missing or not JSON"
         if problem is None:
             for bad_step, _ in damaged if move_damaged else ():
-                target = os.path.join(os.path.dirname(checkpoint_dir), DAMAGED_FOLDER,
-                                      f"{bad_step}-{time.strftime('%Y%m%d-%H%M%S')}")
-                os.makedirs(os.path.dirname(target), exist_ok=True)
-                shutil.move(os.path.join(checkpoint_dir, str(bad_step)), target)
+                move_aside(checkpoint_dir, bad_step)
             return step
         damaged.append((step, problem))
         log(f"checkpoint step {step} is damaged ({problem}); falling back to an older step")
@@ -248,6 +264,10 @@ class Checkpointer:
     def wait(self) -> None:
         self._write_manifests(block=True)
 
+    def reload(self) -> None:
+        """Re-reads the steps on disk (after one was moved aside)."""
+        self._manager.reload()
+
     def close(self) -> None:
         """Finishes pending writes and their manifests; after a failed save only releases orbax
         (the failure was already raised)."""
@@ -272,15 +292,25 @@ def save_run_state(checkpointer: Checkpointer, step: int, *, learner, selector, 
 
 
 def restore_run_state(checkpointer: Checkpointer, *, learner, selector, pipeline, counters: dict,
-                      step: int | None = None) -> int:
+                      step: int | None = None, fall_back: Callable[[int, str], int] | None = None) -> int:
     """Restores `step` (None: the latest; the trainer passes the step `choose_restore_step` verified)
     into the learner, selector and pipeline and updates `counters` in place; returns the step
-    (0, touching nothing, when there is none)."""
+    (0, touching nothing, when there is none). A step whose parameters or optimiser state are not
+    finite is restored into nothing: `fall_back(step, problem)` sets it aside and names the step to
+    try instead (without it, CheckpointError)."""
     step = checkpointer.latest_step() if step is None else step
+    while step:
+        restored = checkpointer.restore(step, train_state_like=learner.train_state(),
+                                        selector_state_like=selector.state_dict())
+        if _all_finite(restored["train_state"]):
+            break
+        problem = f"{step}/{TRAIN_STATE}: parameters or optimiser state are not finite (NaN or inf)"
+        if fall_back is None:
+            raise CheckpointError(f"{checkpointer.directory}: step {problem}")
+        step = fall_back(step, problem)
+        checkpointer.reload()  # the step set aside is no longer orbax's
     if not step:
         return 0
-    restored = checkpointer.restore(step, train_state_like=learner.train_state(),
-                                    selector_state_like=selector.state_dict())
     learner.load_train_state(restored["train_state"])
     selector.load_state_dict(restored["selector"])
     pipeline.set_state(restored["meta"]["data_state"])
@@ -309,4 +339,6 @@ def restore_params(workdir: str, step: int, abstract_model, shardings) -> dict:
                                   f"{e}") from None
     finally:
         manager.close()
+    if not _all_finite(restored[TRAIN_STATE]["params"]):
+        raise CheckpointError(f"step {step} of {workdir}: the parameters are not finite (NaN or inf)")
     return restored[TRAIN_STATE]["params"]

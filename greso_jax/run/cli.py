@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import logging
 import re
+import signal
 import sys
 import threading
 import traceback
@@ -12,6 +13,8 @@ import warnings
 
 from absl import app, flags
 from absl import logging as absl_logging
+
+from greso_jax.parallel import preemption
 
 _VERBOSE = flags.DEFINE_bool("verbose", False, "Print the traceback of an error, not just its one-line message.")
 
@@ -163,6 +166,12 @@ def run(main, *, user_errors: tuple[type[BaseException], ...] = ()) -> None:
             _quiet_background_errors()
         try:
             main(argv)
+        except preemption.Stopped as e:  # by a signal, at a safe point: where it stopped, how to resume
+            print(one_line(e), file=sys.stderr)
+            sys.exit(e.exit_code)
+        except KeyboardInterrupt:  # a CLI that installs no stop handler (evaluate, export)
+            print("interrupted", file=sys.stderr)
+            sys.exit(preemption.EXIT_CODES[signal.SIGINT])
         except Exception as e:  # noqa: BLE001 -- re-raised unless it is a user error
             if not _is_user_error(e, user_errors):
                 raise

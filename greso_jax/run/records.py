@@ -10,6 +10,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from greso_jax.core.specs import ConfigError
 from greso_jax.selection import STRATEGIES
 
 
@@ -152,9 +153,31 @@ def _truncate_after(path: str, step: int) -> None:
     os.replace(path + ".tmp", path)
 
 
+class RecordsError(ConfigError):
+    """A run's record (metrics.jsonl, groups.jsonl) cannot be read back; the message names the file
+    and line."""
+
+
 def read_lines(path: str) -> list[dict]:
+    """The JSON objects of a jsonl record, one a line. A last line without its newline that is not
+    JSON is the write a killed run left unfinished, and is dropped; any other unreadable line is a
+    RecordsError naming the file and line."""
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        lines = f.readlines()
+    out = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            if not isinstance(record, dict) or not isinstance(record.get("step", 0), int):
+                raise ValueError("not a JSON object with an integer step")
+        except ValueError as e:
+            if number == len(lines) and not line.endswith("\n"):
+                break
+            raise RecordsError(f"{path}:{number}: unreadable record ({e}); repair or remove the line") from None
+        out.append(record)
+    return out
 
 
 def read_metrics(workdir: str) -> list[dict]:

@@ -12,6 +12,7 @@ is described by the config saved in its own metadata, not by the latest launch's
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import datetime
 import difflib
@@ -19,17 +20,23 @@ import fcntl
 import json
 import os
 import socket
+import time
+import weakref
 from typing import Any
 
 from greso_jax import selection
 from greso_jax.run.checkpoint import (CheckpointError, checkpoint_dir, choose_restore_step, finished_steps,
-                                      read_step_meta, step_damage)
+                                      manifest_problem, move_aside, read_step_meta)
 from greso_jax.config import get_config
+from greso_jax.run.records import read_metrics
 from greso_jax.core.specs import ConfigError
 
 LOCK_FILE = "run.lock"
 CONFIGS_FOLDER = "configs"
 LAUNCHES = "launches.jsonl"
+PREVIOUS_RECORDS = "previous_records"  # the records of a run started again without its checkpoints
+# What a run leaves besides its checkpoints: a workdir holding any of them holds a run.
+RECORDS = ("metrics.jsonl", "summary.json", "groups.jsonl", "plots", "tensorboard", "config.json", CONFIGS_FOLDER)
 
 # Fields a resume may change: they change cadence, layout or evaluation, not what is trained.
 # An entry ending in "." allows its whole section.
@@ -65,6 +72,8 @@ def _holder_alive(holder: dict) -> bool:
 
 
 def _describe(holder: dict) -> str:
+    if not holder:
+        return "a process that is starting and has not written its name yet"
     return f"host {holder.get('host')}, pid {holder.get('pid')}, started {holder.get('started')}"
 
 
@@ -79,6 +88,11 @@ class WorkdirLock:
             fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = self._read()
+            for _ in range(20):  # a holder that is starting takes the flock first, then writes its name
+                if holder:
+                    break
+                time.sleep(0.05)
+                holder = self._read()
             self._file.close()
             raise RunDirError(f"{workdir} is in use by another run ({_describe(holder)}); "
                               f"wait for it to finish or use another --workdir") from None
@@ -96,6 +110,12 @@ class WorkdirLock:
         self._file.truncate()
         self._file.write(json.dumps(me))
         self._file.flush()
+        self.workdir = workdir
+        # An error exit releases it too; only a killed run leaves its name. A weak reference: a lock
+        # its owner dropped is closed by the garbage collector, as before, not held until exit.
+        me_ref = weakref.ref(self)
+        self._at_exit = lambda: me_ref() is not None and me_ref().release()
+        atexit.register(self._at_exit)
 
     def _read(self) -> dict:
         self._file.seek(0)
@@ -105,12 +125,19 @@ class WorkdirLock:
             return {"host": "?", "pid": "?", "started": "? (unreadable lock file)"}
 
     def release(self) -> None:
-        """Empties the lock file (a clean exit leaves no holder behind) and drops the flock."""
+        """Empties the lock file (a clean exit leaves no holder behind) and drops the flock; in a
+        workdir that holds nothing else (a launch that failed before writing), removes the file."""
         if self._file.closed:
             return
         self._file.seek(0)
         self._file.truncate()
+        try:
+            if os.listdir(self.workdir) == [LOCK_FILE]:
+                os.remove(self.path)
+        except OSError:  # the workdir went away meanwhile: nothing to tidy
+            pass
         self._file.close()
+        atexit.unregister(self._at_exit)
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
@@ -182,15 +209,16 @@ def _allowed(config, known: set[str]) -> set[str]:
     return names
 
 
-def check_resume(saved: dict, config, step: int) -> dict[str, tuple[Any, Any]]:
-    """Raises RunDirError listing the fields that differ from the checkpoint's config and may not
-    change; returns every change (allowed ones included) for the launch record."""
+def check_resume(saved: dict, config, step: int, *, what: str = "") -> dict[str, tuple[Any, Any]]:
+    """Raises RunDirError listing the fields that differ from the checkpoint's config (or the
+    records' config, described by `what`) and may not change; returns every change (allowed ones
+    included) for the launch record."""
     changes = config_changes(saved, config)
     allowed = _allowed(config, set(_flatten(json.loads(config.to_json_best_effort()))))
     refused = sorted(f for f in changes if not _may_change(f) and f not in allowed)
     if refused:
         listed = ", ".join(f"{f} ({changes[f][0]!r} -> {changes[f][1]!r})" for f in refused)
-        raise RunDirError(f"resuming step {step} with a different {listed}: these change what the run means; "
+        raise RunDirError(f"{what or f'resuming step {step}'} with a different {listed}: these change what the run means; "
                           f"use a new --workdir, or --config.checkpoint.allow_changes={','.join(refused)}")
     return changes
 
@@ -203,14 +231,16 @@ class SavedStep:
     config: dict | None  # at today's defaults (`with_todays_defaults`); None: its metadata records none
 
 
-def saved_step(workdir: str, step: int | None = None, *, log=print, move_damaged: bool = False) -> SavedStep | None:
+def saved_step(workdir: str, step: int | None = None, *, log=print, move_damaged: bool = False,
+               below: int | None = None) -> SavedStep | None:
     """`step` of the run in `workdir` checked against its manifest, or (None) the newest intact step
     (`choose_restore_step`: damaged newer steps are reported through `log`, and moved aside with
-    `move_damaged`), with the config saved in its metadata. None when the run has no finished step.
-    Raises CheckpointError with one line naming the folder and step: no such step, a damaged one."""
+    `move_damaged`; only steps below `below`, if given), with the config saved in its metadata. None
+    when the run has no finished step. Raises CheckpointError with one line naming the folder and
+    step: no such step, a damaged one (one without a manifest too, unless it is the only step)."""
     folder = checkpoint_dir(workdir)
     if step is None:
-        step = choose_restore_step(folder, log=log, move_damaged=move_damaged)
+        step = choose_restore_step(folder, log=log, move_damaged=move_damaged, below=below)
         if step is None:
             return None
     else:
@@ -219,10 +249,7 @@ def saved_step(workdir: str, step: int | None = None, *, log=print, move_damaged
             return None
         if step not in steps:
             raise CheckpointError(f"{folder} has no step {step} (steps: {', '.join(map(str, steps))})")
-        try:
-            damage = step_damage(os.path.join(folder, str(step)))
-        except FileNotFoundError:  # no manifest: the run stopped between writing the step and its manifest
-            damage = None
+        damage = manifest_problem(folder, step, log=log)
         if damage:
             raise CheckpointError(f"step {step} is damaged: {os.path.join(folder, damage)}")
     saved = (read_step_meta(folder, step) or {}).get("config")
@@ -237,6 +264,8 @@ class RunDir:
     start_step: int
     changes: dict[str, tuple[Any, Any]]
     lock: WorkdirLock | None
+    config: Any = None
+    log: Any = print
 
     def record_launch(self, config) -> str:
         """Writes config.json (the latest launch's config), configs/<start step>.json (never
@@ -259,9 +288,76 @@ class RunDir:
             f.write(json.dumps(record, default=str) + "\n")
         return path
 
+    def fall_back(self, step: int, problem: str) -> int:
+        """The step to resume from instead of `step`, which restored as `problem` (non-finite state):
+        `step` is reported and (by the lock holder) moved aside, and the newest intact older step is
+        checked against the config as a resume would be. Raises CheckpointError when there is none."""
+        self.log(f"checkpoint step {step} is damaged ({problem}); falling back to an older step")
+        if self.lock is not None:
+            move_aside(checkpoint_dir(self.workdir), step)
+        self.start_step, self.changes = _resume_point(self.workdir, self.config, self.log, move_damaged=False,
+                                                      below=step)
+        if not self.start_step:  # a fresh start would overwrite the records of the run it belongs to
+            raise CheckpointError(f"{checkpoint_dir(self.workdir)}: no intact checkpoint: step {problem}; "
+                                  "no older step")
+        return self.start_step
+
     def close(self) -> None:
         if self.lock is not None:
             self.lock.release()
+
+
+def _recorded_steps(workdir: str) -> int | None:
+    """The last step in metrics.jsonl; None: no metrics recorded."""
+    rows = read_metrics(workdir)
+    return rows[-1].get("step") if rows else None
+
+
+def check_records(workdir: str, config, log) -> dict[str, tuple[Any, Any]]:
+    """A workdir without a checkpoint but with a run's records (metrics.jsonl, summary.json,
+    configs/): the run's identity is its last launch's config.json, and a config that changes what
+    that run means is refused exactly as a resume would be, before anything is written. The same
+    run starts again from step 0 after saying so, its old records moved to previous_records/<time>/
+    (nothing is overwritten). Returns the changes for the launch record ({} without records)."""
+    present = [n for n in RECORDS if os.path.exists(os.path.join(workdir, n))]
+    last = _recorded_steps(workdir)
+    if last is None and "summary.json" not in present:  # launched before, but nothing was trained or recorded
+        return {}
+    described = f"{workdir} holds the records of a run ({', '.join(present)}" + (
+        f", steps to {last}" if last is not None else "") + ") but no checkpoint"
+    try:
+        with open(os.path.join(workdir, "config.json")) as f:
+            recorded = json.load(f)
+    except (OSError, ValueError) as e:
+        raise RunDirError(f"{described}, and no readable config.json to tell which run ({' '.join(str(e).split())}); "
+                          "use a new --workdir") from None
+    changes = check_resume(recorded, config, 0, what=described + ": starting it again")
+    target = os.path.join(workdir, PREVIOUS_RECORDS, datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    os.makedirs(target, exist_ok=True)
+    for name in present:
+        if name != CONFIGS_FOLDER and name != "config.json":  # the launch history goes on
+            os.replace(os.path.join(workdir, name), os.path.join(target, name))
+    log(f"{described}: starting the same run again from step 0; its old records are in {target}")
+    return changes
+
+
+def _resume_point(workdir: str, config, log, *, move_damaged: bool, below: int | None = None):
+    """(step, changes): the newest intact step (below `below`) that `config` may resume, 0 for none
+    (then the workdir's records, if any, are checked by the lock holder: `check_records`)."""
+    saved = saved_step(workdir, log=log, move_damaged=move_damaged, below=below)
+    if not saved:
+        return 0, (check_records(workdir, config, log) if move_damaged and below is None else {})
+    step = saved.step
+    if saved.config is None:
+        raise RunDirError(f"{checkpoint_dir(workdir)}/{step}: records no config to check a resume against")
+    changes = check_resume(saved.config, config, step)
+    for field, (old, new) in changes.items():
+        log(f"resume: {field} changes from {old!r} to {new!r}")
+    if step > config.train.num_steps:
+        raise RunDirError(f"train.num_steps: {config.train.num_steps} is below step {step}, where the run in "
+                          f"{workdir} stands; nothing to do (raise it to continue, or evaluate a step with "
+                          f"python -m greso_jax.evaluate --checkpoint {workdir}/checkpoints/<step>)")
+    return step, changes
 
 
 def open_run_dir(workdir: str, config, *, is_main: bool = True, log=print) -> RunDir:
@@ -272,20 +368,10 @@ def open_run_dir(workdir: str, config, *, is_main: bool = True, log=print) -> Ru
     lock = WorkdirLock(workdir, log=log) if is_main else None
     try:
         _allowed(config, set(_flatten(json.loads(config.to_json_best_effort()))))  # a typo fails fresh runs too
-        saved = saved_step(workdir, log=log, move_damaged=is_main)
-        step, changes = saved.step if saved else 0, {}
-        if saved:
-            if saved.config is None:
-                raise RunDirError(f"{checkpoint_dir(workdir)}/{step}: records no config to check a resume against")
-            changes = check_resume(saved.config, config, step)
-            for field, (old, new) in changes.items():
-                log(f"resume: {field} changes from {old!r} to {new!r}")
-            if step > config.train.num_steps:
-                raise RunDirError(f"train.num_steps: {config.train.num_steps} is below step {step}, where the run in "
-                                  f"{workdir} stands; nothing to do (raise it to continue, or evaluate a step with "
-                                  f"python -m greso_jax.evaluate --checkpoint {workdir}/checkpoints/<step>)")
+        read_metrics(workdir)  # an unreadable record fails before this launch writes anything
+        step, changes = _resume_point(workdir, config, log, move_damaged=is_main)
     except BaseException:
         if lock is not None:
             lock.release()
         raise
-    return RunDir(workdir=workdir, start_step=step, changes=changes, lock=lock)
+    return RunDir(workdir=workdir, start_step=step, changes=changes, lock=lock, config=config, log=log)

@@ -24,7 +24,7 @@ from greso_jax.data.pipeline import PromptPipeline
 from greso_jax.run.build import (eval_settings, learner_from_config, prompt_levels, rows_from_config,
                                    sampling_kwargs, selector_from_config)
 from greso_jax.run.records import GroupTraceWriter, MetricsWriter, Progress, format_table, plot_run, run_summary
-from greso_jax.parallel import multihost
+from greso_jax.parallel import multihost, preemption
 from greso_jax.parallel.sharding import mesh_from_config
 from greso_jax.run.build import build_policy, build_tokenizer
 from greso_jax.rewards.pool import GradingPool, score_across_hosts
@@ -192,7 +192,8 @@ class Trainer:
     def run(self) -> dict[str, Any]:
         c = self.config
         start_step = restore_run_state(self.checkpointer, learner=self.learner, selector=self.selector,
-                                       pipeline=self.pipeline, counters=self.counters, step=self.run_dir.start_step)
+                                       pipeline=self.pipeline, counters=self.counters, step=self.run_dir.start_step,
+                                       fall_back=self.run_dir.fall_back)
         if start_step:
             self.log(f"resumed from step {start_step} ({self.checkpointer.directory})")
         writer = MetricsWriter(self.workdir, enabled=self.is_main, resume_step=start_step or None, config=c)
@@ -205,12 +206,15 @@ class Trainer:
                 first_eval = self.evaluate(0)
                 writer.write(0, first_eval | self.counters | self.warmstart)
                 self.log(f"step 0: held-out accuracy {first_eval['eval/accuracy']:.3f}")
-            self._loop(start_step, writer, progress)
+            stopped = self._loop(start_step, writer, progress)
         finally:  # also on errors: finish pending checkpoint writes, stop the grading workers
             progress.close()
             self.checkpointer.close()
             writer.close()
             self.pool.close()
+        if stopped:  # by a signal, at a safe point: the checkpoint and records are complete, the run is not
+            self.run_dir.close()
+            raise stopped
         summary = run_summary(self.workdir, strategy=c.selection.strategy, num_steps=c.train.num_steps,
                               counters=self.counters)
         if self.is_main:
@@ -221,7 +225,7 @@ class Trainer:
         self.run_dir.close()  # release the workdir lock once everything is written
         return summary
 
-    def _loop(self, start_step: int, writer: MetricsWriter, progress: Progress) -> None:
+    def _loop(self, start_step: int, writer: MetricsWriter, progress: Progress) -> preemption.Stopped | None:
         c = self.config
         for step in range(start_step + 1, c.train.num_steps + 1):
             metrics = self.train_step(step)
@@ -237,6 +241,10 @@ class Trainer:
                 metrics.update(self.evaluate(step))
             writer.write(step, metrics)
             progress.update(step, metrics)
-            if self.checkpointer.should_save(step, final) and not metrics.get("actor/nonfinite_skipped", 0):
+            stop = None if final else preemption.stop_agreed()  # a collective: every host stops after one step
+            if self.checkpointer.should_save(step, final or bool(stop)) and not metrics.get("actor/nonfinite_skipped"):
                 save_run_state(self.checkpointer, step, learner=self.learner, selector=self.selector,
                                pipeline=self.pipeline, counters=self.counters, config=c)
+            if stop:
+                return preemption.stopped(stop, step, self.checkpointer.latest_step(), self.workdir)
+        return None

@@ -5,7 +5,9 @@ random weights, so a short supervised phase brings it to partial competence firs
 fixed number of steps, or stops on an `AccuracyBand` (docs/design.md, "Warm start"). The
 result is saved as a Hugging Face folder named by a digest of everything it depends on, and
 reused when the same settings ask for it again (a run with other settings adds a folder
-instead of replacing the one an earlier run used; runs may share the cache folder).
+instead of replacing the one an earlier run used; runs may share the cache folder). The folder's
+warmstart.json records the SHA-256 of each weight file; a cached folder that does not match is
+trained again (and replaced), never loaded.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from typing import Callable, Sequence
 
 import jax
@@ -25,6 +28,7 @@ import optax
 from flax import nnx
 
 from greso_jax.models import Qwen2, from_pretrained, save_pretrained
+from greso_jax.core.files import sha256_of
 from greso_jax.core.specs import ConfigError
 
 
@@ -126,12 +130,18 @@ def cached_warmstart(model: Qwen2, pairs, *, cache_dir: str, eos_id: int, pad_id
     folder = warmstart_folder(cache_dir, key)
     key_path = os.path.join(folder, "warmstart.json")
     if os.path.exists(key_path):
-        with open(key_path) as f:
-            saved = json.load(f)
-        if saved.get("key") == key:
+        try:
+            with open(key_path) as f:
+                saved = json.load(f)
+        except ValueError:
+            saved = {"key": key}  # a damaged record: _cache_damage names it
+        problem = _cache_damage(folder, saved) if saved.get("key") == key else None
+        if problem:
+            log(f"warm start: {folder} is damaged ({problem}); training it again")
+        elif saved.get("key") == key:
             log(f"warm start: reusing {folder}" + (f" (validation accuracy {saved['accuracy']:.3f} at step "
                                                    f"{saved['steps']})" if band is not None else ""))
-            record = {k: v for k, v in saved.items() if k != "key"}
+            record = {k: v for k, v in saved.items() if k not in ("key", "files")}
             return from_pretrained(folder, dtype=model.cfg.dtype, param_dtype=model.cfg.param_dtype,
                                    remat=model.cfg.remat), record
     ids, mask = pack_examples(pairs, eos_id, pad_id, width)
@@ -154,7 +164,7 @@ def cached_warmstart(model: Qwen2, pairs, *, cache_dir: str, eos_id: int, pad_id
         _check_band(band, trace, steps)
         record.update(accuracy=trace[-1][1], trace=trace)
     if write_cache:
-        _publish(model, {"key": key, **record}, folder)
+        _publish(model, {"key": key, **record}, folder, replace=os.path.exists(key_path))
     log(f"warm start: final loss {losses[-1]:.4f}" + (f", stopped at step {len(losses)} with validation accuracy "
                                                       f"{trace[-1][1]:.3f}" if band is not None else ""))
     return model, record
@@ -173,16 +183,38 @@ def _check_band(band: AccuracyBand, trace: list[tuple[int, float]], steps: int) 
             f"between checks (by step: {history}); check more often (train.warmstart_check_every) or widen the band")
 
 
-def _publish(model: Qwen2, record: dict, folder: str) -> None:
-    """Writes the folder under a temporary name and renames it into place, so that runs sharing the
-    cache never read a half-written one; when another run published the same key first (identical
-    weights, training is deterministic), this copy is discarded."""
+def _cache_damage(folder: str, saved: dict) -> str | None:
+    """None when every weight file of a cached warm start matches the SHA-256 its warmstart.json
+    records, else what is wrong (a cache written before hashes were recorded is unverifiable)."""
+    files = saved.get("files")
+    if not isinstance(files, dict) or not files:
+        return "warmstart.json records no content hashes (unreadable, or written before they were)"
+    for name, digest in sorted(files.items()):
+        path = os.path.join(folder, name)
+        if not os.path.exists(path):
+            return f"{name}: missing"
+        if sha256_of(path) != digest:
+            return f"{name}: content differs from the SHA-256 in warmstart.json"
+    return None
+
+
+def _publish(model: Qwen2, record: dict, folder: str, *, replace: bool = False) -> None:
+    """Writes the folder under a temporary name, with the SHA-256 of every file in its warmstart.json,
+    and renames it into place, so that runs sharing the cache never read a half-written one; when
+    another run published the same key first (identical weights, training is deterministic), this
+    copy is discarded. `replace`: the folder in place is damaged and is moved aside first."""
     parent = os.path.dirname(folder)
     os.makedirs(parent, exist_ok=True)
     partial = tempfile.mkdtemp(prefix=os.path.basename(folder) + ".partial-", dir=parent)
     save_pretrained(model, partial)
+    record = {**record, "files": {name: sha256_of(os.path.join(partial, name)) for name in sorted(os.listdir(partial))}}
     with open(os.path.join(partial, "warmstart.json"), "w") as f:
         json.dump(record, f)
+    if replace:
+        try:  # kept for inspection; another run may have moved it already
+            os.rename(folder, f"{folder}.damaged-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+        except OSError:
+            pass
     if os.path.isdir(folder) and not os.path.exists(os.path.join(folder, "warmstart.json")):
         shutil.rmtree(folder)  # left by a writer killed before this code renamed folders into place
     try:
