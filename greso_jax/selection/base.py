@@ -152,6 +152,12 @@ class Selector:
         """The groups to train on, at most train_batch_size, in rollout order (curated in place if needed)."""
         return [g for g in groups if self.usable(g)][:train_batch_size]
 
+    def admission_order(self, prompt_ids) -> np.ndarray:
+        """Stream rollouts: the order in which kept, waiting prompts enter free lanes, a permutation
+        int64 [N] of range(N) (first enters first). The base keeps data order."""
+        ids = check_prompt_ids(prompt_ids, self.num_prompts, f"{self.strategy}.admission_order")
+        return np.arange(ids.size, dtype=np.int64)
+
     # -- keep decisions and history -----------------------------------------------------------
 
     def should_keep(self, prompt_ids, epochs=None) -> np.ndarray:
