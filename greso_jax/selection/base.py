@@ -64,6 +64,8 @@ class Selector:
     # reports draw them.
     knobs: ClassVar[tuple[str, ...]] = ()
     ablation: ClassVar[Ablation | None] = None  # the setting its own study sweeps, if any
+    # True: its passes extend groups with more responses (AERO's rescue), so a group is not one G-row lane.
+    extends_groups: ClassVar[bool] = False
     # True: predicted_zero_variance is a chance in [0, 1] (calibration and Brier score apply); False: a score.
     prediction_is_chance: ClassVar[bool] = True
 
