@@ -88,6 +88,7 @@ class StreamRollouts(_Grader):
 
     def begin_step(self, step: int) -> None:
         self.step, self.occurrences, self.failures = step, {}, 0
+        self.engine.refresh()  # the last update changed the parameters in place
         self.engine.decoded_row_steps = self.engine.busy_row_steps = 0
 
     def free_lanes(self) -> int:

@@ -89,9 +89,10 @@ def _admit(params, state: LaneState, lane, prompt_ids, prompt_length, key, budge
 
 
 def _advance(params, state: LaneState, temperature, top_p, eos_ids, *, graphdef, rest, mode: SamplingMode,
-             group: int, pad_id: int, chunk_steps: int):
-    """Decodes every lane for at most chunk_steps tokens; stops early once a lane live at the start
-    has finished (so the host can refill it) or no row is live. Returns (state, steps run)."""
+             group: int, pad_id: int, chunk_steps: int, refill_at: int):
+    """Decodes every lane for at most chunk_steps tokens; stops early once refill_at of the lanes live
+    at the start (all of them, if fewer) have finished, so the host can refill them, or no row is
+    live. Returns (state, steps run)."""
     model = nnx.merge(graphdef, params, rest)
     lanes = state.step.shape[0]
     slots = state.response_cache[0].v.shape[3]
@@ -101,11 +102,12 @@ def _advance(params, state: LaneState, temperature, top_p, eos_ids, *, graphdef,
         return ~done.reshape(lanes, group).all(axis=1)
 
     live_at_start = lane_live(state.done)
+    enough = jnp.minimum(refill_at, live_at_start.sum())
 
     def keep_going(carry):
         i, st = carry
         live = lane_live(st.done)
-        return (i < chunk_steps) & live.any() & ~(live_at_start & ~live).any()
+        return (i < chunk_steps) & live.any() & ((live_at_start & ~live).sum() < enough)
 
     def one_token(carry):
         i, st = carry
@@ -142,7 +144,7 @@ class LaneEngine:
 
     def __init__(self, model, *, lanes: int, num_samples: int, prompt_length: int, max_new_tokens: int,
                  temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, eos_ids: Sequence[int] = (),
-                 pad_id: int = 0, chunk_steps: int = 32):
+                 pad_id: int = 0, chunk_steps: int = 32, refill_at: int | None = None):
         if lanes < 1 or num_samples < 1 or prompt_length < 1 or max_new_tokens < 1 or chunk_steps < 1:
             raise ValueError(f"LaneEngine: lanes ({lanes}), num_samples ({num_samples}), prompt_length "
                              f"({prompt_length}), max_new_tokens ({max_new_tokens}) and chunk_steps ({chunk_steps}) "
@@ -151,13 +153,16 @@ class LaneEngine:
         self.prompt_length, self.cap, self.pad_id = int(prompt_length), int(max_new_tokens), int(pad_id)
         self.temperature, self.top_p = np.float32(temperature), np.float32(top_p)
         self.eos = np.asarray(tuple(eos_ids), np.int32).reshape(-1)
-        graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+        graphdef, _, rest = nnx.split(model, nnx.Param, ...)
         statics = dict(graphdef=graphdef, rest=rest, mode=mode_of(temperature, top_p, top_k), group=self.group,
                        pad_id=self.pad_id)
         self._admit = jax.jit(functools.partial(_admit, **statics), donate_argnums=1)
-        self._advance = jax.jit(functools.partial(_advance, chunk_steps=int(chunk_steps), **statics),
-                                donate_argnums=1)
+        # A chunk ends once this many lanes finished: fewer host round trips than one per group.
+        self.refill_at = max(1, self.lanes // 8) if refill_at is None else int(refill_at)
+        self._advance = jax.jit(functools.partial(_advance, chunk_steps=int(chunk_steps), refill_at=self.refill_at,
+                                                  **statics), donate_argnums=1)
         self.state = self._empty_state()
+        self.refresh()
         self.free = np.ones(self.lanes, bool)
         self._done = np.ones(self.lanes * self.group, bool)
         self._lengths = np.zeros(self.lanes * self.group, np.int32)  # host copy, for the busy share
@@ -166,8 +171,9 @@ class LaneEngine:
                                                                      self.state.response_cache)))
         self.decoded_row_steps = self.busy_row_steps = 0
 
-    def _params(self):
-        return nnx.split(self.model, nnx.Param, ...)[1]
+    def refresh(self) -> None:
+        """Reads the model's parameters again (after an update changed them in place)."""
+        self._params = nnx.split(self.model, nnx.Param, ...)[1]
 
     def _empty_state(self) -> LaneState:
         cfg, k, g = self.model.cfg, self.lanes, self.group
@@ -199,12 +205,13 @@ class LaneEngine:
             key = jax.random.key_data(key)
         ids = np.full((1, self.prompt_length), self.pad_id, np.int32)
         ids[0, :len(prompt)] = prompt
-        self.state = self._admit(self._params(), self.state, np.int32(lane), ids, np.int32(len(prompt)),
+        self.state = self._admit(self._params, self.state, np.int32(lane), ids, np.int32(len(prompt)),
                                  np.asarray(key, np.uint32), np.int32(budget), self.temperature, self.top_p, self.eos)
         self.free[lane] = False
         self._prompts[lane] = list(map(int, prompt))
+        # Live until the next chunk says otherwise (no device round trip here).
         rows = slice(lane * self.group, (lane + 1) * self.group)
-        self._done[rows] = np.asarray(self.state.done[rows])
+        self._done[rows] = False
         self._lengths[rows] = 1
 
     def busy(self) -> bool:
@@ -222,7 +229,7 @@ class LaneEngine:
         """Runs one decode chunk over all lanes; returns the decode steps it ran (0: nothing was live)."""
         if not self.busy():
             return 0
-        self.state, steps = self._advance(self._params(), self.state, self.temperature, self.top_p, self.eos)
+        self.state, steps = self._advance(self._params, self.state, self.temperature, self.top_p, self.eos)
         steps = int(steps)
         self._done = np.array(self.state.done)
         lengths = np.array(self.state.lengths)
