@@ -77,6 +77,8 @@ class Trainer:
         self.counters = {"rollout/num_responses": 0, "rollout/num_tokens": 0, "selection/skipped_total": 0,
                          "train/bad_steps": 0}
         self.skip_audit = SkipAudit(c.eval.skip_audit_fraction, c.seed)
+        if c.selection.rollout_mode == "stream" and jax.process_count() > 1:
+            raise ConfigError("selection.rollout_mode: 'stream' runs on one host only so far; use 'passes'")
         if c.eval.skip_audit_fraction and jax.process_count() > 1:
             raise ConfigError("eval.skip_audit_fraction: the skip audit runs on one host only; set it to 0")
         self._dropped_logged = False
