@@ -58,9 +58,6 @@ class ScriptedLanes:
         self.busy.clear()
         return tokens
 
-    def total_across_hosts(self, count):
-        return count
-
     def busy_share(self):
         return self.live / self.decoded if self.decoded else 0.0
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from flax import nnx
 
 from greso_jax.parallel import multihost
 from greso_jax.rewards.pool import score_across_hosts
@@ -71,14 +72,17 @@ class PassRollouts(_Grader):
 class StreamRollouts(_Grader):
     """selection.rollout_mode = "stream": the lane engine as the stream driver's `StreamBackend`.
 
-    Lane k's prompt draws with fold_in(fold_in(fold_in(fold_in(key(seed), STREAM_KEY), step), prompt),
+    Each host streams its shard of the data through its own lanes (on its first local device) and
+    grades its own lanes; every decode chunk the hosts exchange their finished groups and busy-lane
+    counts, so all of them observe, count and train on the same groups. Lane k's prompt draws with fold_in(fold_in(fold_in(fold_in(key(seed), STREAM_KEY), step), prompt),
     occurrence): its samples depend on the prompt and the step, not on the lane or when it entered.
     """
 
     def __init__(self, model, tokenizer, pool, timers, *, seed: int, lanes: int, num_samples: int,
                  prompt_length: int, max_new_tokens: int, chunk_steps: int, temperature: float, top_p: float,
-                 top_k: int):
+                 top_k: int, payload_of):
         super().__init__(tokenizer, pool, timers)
+        self.payload_of = payload_of  # prompt id -> payload, for the groups other hosts streamed
         self.lanes, self.num_samples, self.seed = lanes, num_samples, seed
         self.engine = LaneEngine(model, lanes=lanes, num_samples=num_samples, prompt_length=prompt_length,
                                  max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
@@ -88,14 +92,16 @@ class StreamRollouts(_Grader):
 
     def begin_step(self, step: int) -> None:
         self.step, self.occurrences, self.failures = step, {}, 0
-        self.engine.refresh()  # the last update changed the parameters in place
+        if multihost.is_multihost():  # each host streams on its own device, with a copy of the parameters
+            device = jax.local_devices()[0]
+            params = nnx.split(self.engine.model, nnx.Param, ...)[1]
+            self.engine.refresh(jax.tree.map(lambda x: jax.device_put(multihost.to_host(x), device), params))
+        else:
+            self.engine.refresh()  # the last update changed the parameters in place
         self.engine.decoded_row_steps = self.engine.busy_row_steps = 0
 
     def free_lanes(self) -> int:
         return int(self.engine.free.sum())
-
-    def in_flight(self) -> int:
-        return self.lanes - self.free_lanes()
 
     def admit(self, prompt_id: int, payload: Any) -> None:
         occurrence = self.occurrences.get(prompt_id, 0)
@@ -107,29 +113,65 @@ class StreamRollouts(_Grader):
         self.engine.admit(lane, list(map(int, payload["prompt_tokens"])), key)
         self.held[lane] = (prompt_id, payload)
 
+    def in_flight(self) -> int:
+        return int(multihost.allgather(np.array([len(self.held)], np.int64)).sum())
+
     def advance(self) -> list[LaneResult]:
         with self.timers.timed("time/rollout"):
             self.engine.advance()
             finished = self.engine.finished()
             outs = [self.engine.collect(lane) for lane in finished]
-        results = []
+        local = []
         for lane, out in zip(finished, outs):
             prompt_id, payload = self.held.pop(lane)
-            rewards, correct = self.grade(out, [payload], self.num_samples)
-            results.append(LaneResult(prompt_id, payload, correct[0], rewards[0], out, int(np.sum(out.lengths))))
+            with self.timers.timed("time/reward"):
+                texts = [self.tokenizer.decode(out.tokens[r, :out.lengths[r]]) for r in range(self.num_samples)]
+                scored = self.pool.score(texts, [payload["ground_truth"]] * self.num_samples,
+                                         [payload["data_source"]] * self.num_samples)
+            self.failures += scored.num_timeouts + scored.num_crashes
+            local.append(LaneResult(prompt_id, payload, np.asarray(scored.correct, bool),
+                                    np.asarray(scored.rewards, np.float32), out, int(np.sum(out.lengths))))
+        return self._exchange(local) if multihost.is_multihost() else local
+
+    def _exchange(self, local: list[LaneResult]) -> list[LaneResult]:
+        """Every host's finished lanes on every host, host by host (each host grades its own lanes)."""
+        k, g, cap = self.lanes, self.num_samples, self.engine.cap
+        ids = np.full(k, -1, np.int64)
+        scores = np.zeros((k, 3, g), np.float32)  # correct, reward, truncated
+        tokens, lengths = np.zeros((k, g, cap), np.int32), np.zeros((k, g), np.int32)
+        logprobs = np.zeros((k, g, cap), np.float32)
+        for i, r in enumerate(local):
+            ids[i], tokens[i], logprobs[i], lengths[i] = r.prompt_id, r.handle.tokens, r.handle.logprobs, \
+                r.handle.lengths
+            scores[i] = r.correct, r.rewards, r.handle.truncated
+        gathered = [multihost.allgather(x) for x in (ids, scores, tokens, logprobs, lengths)]
+        results, mine = [], jax.process_index()
+        for host in range(gathered[0].shape[0]):
+            if host == mine:
+                results.extend(local)
+                continue
+            for i in np.flatnonzero(gathered[0][host] >= 0):
+                prompt_id = int(gathered[0][host][i])
+                payload = self.payload_of(prompt_id)
+                score = gathered[1][host][i]
+                out = SampleOutput(tokens=gathered[2][host][i], logprobs=gathered[3][host][i],
+                                   lengths=gathered[4][host][i], truncated=score[2] > 0.5,
+                                   kv_cache_bytes=self.engine.kv_cache_bytes, prompt_rows=k, rows=k * g,
+                                   prompt_length=self.engine.prompt_length,
+                                   prompts=[list(map(int, payload["prompt_tokens"]))], num_samples=g)
+                results.append(LaneResult(prompt_id, payload, score[0] > 0.5, score[1].copy(), out,
+                                          int(out.lengths.sum())))
         return results
 
     def abort_all(self) -> int:
         tokens = sum(self.engine.abort(lane) for lane in list(self.held))
         self.held.clear()
-        return tokens
-
-    def total_across_hosts(self, count: int) -> int:
-        return count
+        return int(multihost.allgather(np.array([tokens], np.int64)).sum())
 
     def busy_share(self) -> float:
         e = self.engine
-        return e.busy_row_steps / e.decoded_row_steps if e.decoded_row_steps else 0.0
+        busy, decoded = multihost.allgather(np.array([e.busy_row_steps, e.decoded_row_steps], np.int64)).sum(0)
+        return float(busy / decoded) if decoded else 0.0
 
 
 def _encode(array: np.ndarray) -> dict:
@@ -172,7 +214,7 @@ def carry_from_json(rows: list[dict], payload_of) -> Carry:
     return carry
 
 
-def stream_rollouts(config, model, tokenizer, pool, timers) -> StreamRollouts | None:
+def stream_rollouts(config, model, tokenizer, pool, timers, payload_of) -> StreamRollouts | None:
     """The stream backend a validated config asks for (None: selection.rollout_mode = "passes")."""
     sel, s = config.selection, config.sampling
     if sel.rollout_mode != "stream":
@@ -181,4 +223,5 @@ def stream_rollouts(config, model, tokenizer, pool, timers) -> StreamRollouts | 
     return StreamRollouts(model, tokenizer, pool, timers, seed=int(config.seed), lanes=lanes,
                           num_samples=int(config.rl.group_size), prompt_length=int(config.data.max_prompt_length),
                           max_new_tokens=int(s.max_new_tokens), chunk_steps=int(sel.stream_chunk_steps),
-                          temperature=float(s.temperature), top_p=float(s.top_p), top_k=int(s.top_k))
+                          temperature=float(s.temperature), top_p=float(s.top_p), top_k=int(s.top_k),
+                          payload_of=payload_of)

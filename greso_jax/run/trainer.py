@@ -72,13 +72,12 @@ class Trainer:
         self.timers = SectionTimers()
         self.passes = PassRollouts(self.learner.model, self.tokenizer, self.pool, self.timers, seed=c.seed,
                                    mesh=self.mesh, generation=sampling_kwargs(c))
-        self.stream = stream_rollouts(c, self.learner.model, self.tokenizer, self.pool, self.timers)
+        self.stream = stream_rollouts(c, self.learner.model, self.tokenizer, self.pool, self.timers,
+                                      self.pipeline.element)
         self.carry = Carry()  # stream_in_flight = "carry": the groups the next step trains first
         self.counters = {"rollout/num_responses": 0, "rollout/num_tokens": 0, "selection/skipped_total": 0,
                          "train/bad_steps": 0}
         self.skip_audit = SkipAudit(c.eval.skip_audit_fraction, c.seed)
-        if c.selection.rollout_mode == "stream" and jax.process_count() > 1:
-            raise ConfigError("selection.rollout_mode: 'stream' runs on one host only so far; use 'passes'")
         if c.eval.skip_audit_fraction and jax.process_count() > 1:
             raise ConfigError("eval.skip_audit_fraction: the skip audit runs on one host only; set it to 0")
         self._dropped_logged = False
@@ -126,7 +125,10 @@ class Trainer:
         return metrics
 
     def _pull_prompts(self, n: int) -> PulledPrompts:
-        if multihost.is_multihost():
+        if multihost.is_multihost() and self.stream:  # each host streams its own shard; skips are shared
+            elements, skipped_ids = self.pipeline.next_prompts(n)
+            skipped_ids = np.concatenate(multihost.allgather_ragged(np.asarray(skipped_ids, np.int64)))
+        elif multihost.is_multihost():
             elements, skipped_ids = self.pipeline.next_prompts_across_hosts(n, multihost.allgather)
         else:
             elements, skipped_ids = self.pipeline.next_prompts(n)

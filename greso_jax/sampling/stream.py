@@ -171,9 +171,10 @@ class LaneEngine:
                                                                      self.state.response_cache)))
         self.decoded_row_steps = self.busy_row_steps = 0
 
-    def refresh(self) -> None:
-        """Reads the model's parameters again (after an update changed them in place)."""
-        self._params = nnx.split(self.model, nnx.Param, ...)[1]
+    def refresh(self, params=None) -> None:
+        """Reads the model's parameters again (after an update changed them in place), or takes
+        `params` (the model's Param state, e.g. a host-local copy of cross-host parameters)."""
+        self._params = nnx.split(self.model, nnx.Param, ...)[1] if params is None else params
 
     def _empty_state(self) -> LaneState:
         cfg, k, g = self.model.cfg, self.lanes, self.group

@@ -4,7 +4,7 @@ Where `driver.run_selection_step` runs passes (a batch of prompts, waited on unt
 ends), this driver keeps a fixed set of lanes busy: a lane whose G responses are done is graded, the
 strategy observes that group at once, and the lane takes the next prompt the strategy kept, the
 waiting prompts in the strategy's `admission_order`. The step's rollouts end once the batch holds
-train_batch_size usable groups (the count agreed across hosts every decode chunk), at the response
+train_batch_size usable groups (every host counts every host's groups, exchanged each decode chunk), at the response
 cap, or when the data runs out. What is still in flight then is aborted (its tokens reported as
 waste) or finished and carried, with the usable groups the batch had no room for, into the next
 step's batch (`Carry`: run state, checkpointed).
@@ -51,16 +51,16 @@ class StreamBackend(Protocol):
 
     def admit(self, prompt_id: int, payload: Any) -> None: ...
 
-    def in_flight(self) -> int: ...
+    def in_flight(self) -> int:
+        """Busy lanes over all hosts."""
 
     def advance(self) -> list[LaneResult]:
-        """One decode chunk, then the lanes it finished, graded (in lane order)."""
+        """One decode chunk, then the lanes it finished on every host, graded (host by host, in lane
+        order): every host observes the same groups in the same order."""
 
     def abort_all(self) -> int:
-        """Frees every busy lane; returns the tokens they had generated."""
+        """Frees every busy lane; returns the tokens they had generated (over all hosts)."""
 
-    def total_across_hosts(self, count: int) -> int:
-        """The sum of `count` over hosts (every host calls it the same number of times)."""
 
     def busy_share(self) -> float:
         """Row-steps spent on live rows / row-steps decoded, over the step so far."""
@@ -113,14 +113,15 @@ def run_stream_step(selector: Selector, step: int, *, pull_prompts: PullFn, back
         usable += sum(selector.usable(g) for g in fresh)
 
     while True:
-        full = backend.total_across_hosts(usable) >= train_batch_size
-        if full or responses >= max_responses:
+        # `usable` counts every host's groups (advance returns them all), so hosts agree here.
+        if usable >= train_batch_size or responses >= max_responses:
             break
         free = backend.free_lanes()
-        if free and not exhausted and len(waiting) < backend.lanes:
-            pulled = _pull(pull_prompts, backend.lanes - len(waiting), selector)
-            exhausted = pulled.prompt_ids.size == 0
-            waiting.extend(zip(pulled.prompt_ids.tolist(), pulled.payloads))
+        want = backend.lanes - len(waiting) if free and not exhausted else 0
+        # Every host pulls every round (want may be 0): a multi-host pull gathers the skips of all.
+        pulled = _pull(pull_prompts, want, selector)
+        exhausted = exhausted or (want > 0 and pulled.prompt_ids.size == 0)
+        waiting.extend(zip(pulled.prompt_ids.tolist(), pulled.payloads))
         if free and waiting:
             order = _checked_order(selector, np.array([p for p, _ in waiting], np.int64))
             chosen = set(order[:free].tolist())
