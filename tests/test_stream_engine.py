@@ -35,7 +35,8 @@ def test_lane_samples_equal_the_plain_sampler(model):
     keys = [jax.random.fold_in(jax.random.PRNGKey(5), i) for i in range(len(prompts))]
     budgets = [CAP, 5, CAP, 8, CAP, 2, CAP]
     engine = LaneEngine(model, lanes=3, num_samples=G, prompt_length=16, max_new_tokens=CAP, temperature=1.0,
-                        eos_ids=(EOS,), pad_id=0, chunk_steps=4)
+                        eos_ids=(EOS,), pad_id=0, chunk_steps=4, refill_at=2)
+    assert engine.admit_batch == 2  # admissions prefilled two at a time, one padded when a single lane waits
     waiting, collected, lane_of = list(range(len(prompts))), {}, {}
     while waiting or engine.busy() or engine.finished():
         for lane in engine.finished():

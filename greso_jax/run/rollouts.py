@@ -25,6 +25,15 @@ from greso_jax.selection import Carry, Group, LaneResult, ScoredPass
 STREAM_KEY = 0x5354  # folded into the seed's key first, so lane keys never meet the passes' keys
 
 
+@jax.jit
+def _lane_key(seed, step, prompt_id, occurrence):
+    """The raw key (uint32 [2]) of one lane's admission, in one dispatch."""
+    key = jax.random.PRNGKey(seed)
+    for part in (STREAM_KEY, step, prompt_id, occurrence):
+        key = jax.random.fold_in(key, part)
+    return key
+
+
 class _Grader:
     """Decodes and grades responses on every host (`rewards.pool.score_across_hosts`)."""
 
@@ -106,11 +115,10 @@ class StreamRollouts(_Grader):
     def admit(self, prompt_id: int, payload: Any) -> None:
         occurrence = self.occurrences.get(prompt_id, 0)
         self.occurrences[prompt_id] = occurrence + 1
-        key = jax.random.PRNGKey(self.seed)
-        for part in (STREAM_KEY, self.step, prompt_id, occurrence):
-            key = jax.random.fold_in(key, part)
         lane = int(np.flatnonzero(self.engine.free)[0])
-        self.engine.admit(lane, list(map(int, payload["prompt_tokens"])), key)
+        with self.timers.timed("time/rollout"):
+            key = _lane_key(np.uint32(self.seed), np.int32(self.step), np.int32(prompt_id), np.int32(occurrence))
+            self.engine.admit(lane, list(map(int, payload["prompt_tokens"])), key)
         self.held[lane] = (prompt_id, payload)
 
     def in_flight(self) -> int:

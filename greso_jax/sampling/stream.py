@@ -2,7 +2,8 @@
 rollouts (`greso_jax.selection.stream`).
 
 Unlike `sampling.refill` (continuous batching inside one compiled call over a fixed prompt list),
-the host decides what enters a lane: it admits one prompt into a free lane (`admit`), runs decode
+the host decides what enters a lane: it admits a prompt into a free lane (`admit`; pending
+admissions are prefilled together, `admit_batch` per program call), runs decode
 chunks (`advance`, one compiled loop of at most `chunk_steps` tokens that returns early once a lane
 finishes), collects the lanes whose G rows are done (`collect`) and admits the next prompt there
 while the other lanes keep their state on the device. Every program has one shape for the whole
@@ -59,33 +60,36 @@ def _draw_keys(lane_keys, steps, members):
     return jax.vmap(one)(lane_keys, steps, members)
 
 
-def _admit(params, state: LaneState, lane, prompt_ids, prompt_length, key, budget, temperature, top_p, eos_ids, *,
-           graphdef, rest, mode: SamplingMode, group: int, pad_id: int):
-    """Prefills prompt_ids int32 [1, Tp] into lane `lane` and draws its G first tokens."""
+def _admit(params, state: LaneState, lanes, prompt_ids, prompt_lengths, keys, budgets, temperature, top_p, eos_ids,
+           *, graphdef, rest, mode: SamplingMode, group: int, pad_id: int):
+    """Prefills prompt_ids int32 [A, Tp] into lanes int32 [A] (an entry equal to the lane count is
+    padding: its writes are dropped) and draws their G first tokens each. prompt_lengths,
+    budgets int32 [A]; keys uint32 [A, 2]."""
     model = nnx.merge(graphdef, params, rest)
-    cache, first_logits = prefill(model, prompt_ids, prompt_length[None])
-    prompt_cache = [LayerCache(jax.lax.dynamic_update_slice_in_dim(old.k, new.k, lane, 0),
-                               jax.lax.dynamic_update_slice_in_dim(old.v, new.v, lane, 0))
+    count, cap = lanes.shape[0], state.tokens.shape[1]
+    cache, first_logits = prefill(model, prompt_ids, prompt_lengths)
+    prompt_cache = [LayerCache(old.k.at[lanes].set(new.k, mode="drop"), old.v.at[lanes].set(new.v, mode="drop"))
                     for old, new in zip(state.prompt_cache, cache)]
-    members = jnp.arange(group, dtype=jnp.int32)
-    keys = jnp.broadcast_to(key, (group, 2))
+    members = jnp.tile(jnp.arange(group, dtype=jnp.int32), count)
+    row_keys = jnp.repeat(keys, group, axis=0)
     first, first_lp = choose_tokens(jnp.repeat(first_logits, group, axis=0),
-                                    _draw_keys(keys, jnp.zeros(group, jnp.int32), members), mode, temperature, top_p)
+                                    _draw_keys(row_keys, jnp.zeros(count * group, jnp.int32), members), mode,
+                                    temperature, top_p)
     ended = is_eos(first, eos_ids)
-    cap = state.tokens.shape[1]
-    row0 = lane * group
+    rows = (lanes[:, None] * group + jnp.arange(group)).reshape(-1)  # padding entries: past the last row
+    row_budgets = jnp.repeat(budgets, group)
 
     def put(x, value):
-        return jax.lax.dynamic_update_slice_in_dim(x, value.astype(x.dtype), row0, 0)
+        return x.at[rows].set(value.astype(x.dtype), mode="drop")
 
     return state._replace(
-        keys=state.keys.at[lane].set(key), step=state.step.at[lane].set(1),
-        prompt_lengths=state.prompt_lengths.at[lane].set(prompt_length), prompt_cache=prompt_cache,
+        keys=state.keys.at[lanes].set(keys, mode="drop"), step=state.step.at[lanes].set(1, mode="drop"),
+        prompt_lengths=state.prompt_lengths.at[lanes].set(prompt_lengths, mode="drop"), prompt_cache=prompt_cache,
         current=put(state.current, first), ended=put(state.ended, ended),
-        done=put(state.done, ended | (budget <= 1)), lengths=put(state.lengths, jnp.ones(group, jnp.int32)),
-        budgets=put(state.budgets, jnp.full(group, budget)),
-        tokens=put(state.tokens, jnp.full((group, cap), pad_id, jnp.int32).at[:, 0].set(first)),
-        logprobs=put(state.logprobs, jnp.zeros((group, cap), jnp.float32).at[:, 0].set(first_lp)))
+        done=put(state.done, ended | (row_budgets <= 1)), lengths=put(state.lengths, jnp.ones_like(first)),
+        budgets=put(state.budgets, row_budgets),
+        tokens=put(state.tokens, jnp.full((count * group, cap), pad_id, jnp.int32).at[:, 0].set(first)),
+        logprobs=put(state.logprobs, jnp.zeros((count * group, cap), jnp.float32).at[:, 0].set(first_lp)))
 
 
 def _advance(params, state: LaneState, temperature, top_p, eos_ids, *, graphdef, rest, mode: SamplingMode,
@@ -159,6 +163,9 @@ class LaneEngine:
         self._admit = jax.jit(functools.partial(_admit, **statics), donate_argnums=1)
         # A chunk ends once this many lanes finished: fewer host round trips than one per group.
         self.refill_at = max(1, self.lanes // 8) if refill_at is None else int(refill_at)
+        # Admissions wait until the next chunk and are prefilled this many at a time (one program).
+        self.admit_batch = self.refill_at
+        self._pending: list = []
         self._advance = jax.jit(functools.partial(_advance, chunk_steps=int(chunk_steps), refill_at=self.refill_at,
                                                   **statics), donate_argnums=1)
         self.state = self._empty_state()
@@ -191,8 +198,9 @@ class LaneEngine:
                          jnp.zeros((rows, self.cap), jnp.float32))
 
     def admit(self, lane: int, prompt: Sequence[int], key, budget: int | None = None) -> None:
-        """Prefills `prompt` (token ids, at most prompt_length) into the free lane `lane`; its rows draw
-        with `key` (a raw uint32 [2] key or a typed key) and stop after `budget` tokens (default: the cap)."""
+        """Puts `prompt` (token ids, at most prompt_length) into the free lane `lane` (prefilled with the
+        other pending admissions at the next `advance`); its rows draw with `key` (a raw uint32 [2]
+        key or a typed key) and stop after `budget` tokens (default: the cap)."""
         if not self.free[lane]:
             raise ValueError(f"LaneEngine.admit: lane {lane} is busy")
         if not 0 < len(prompt) <= self.prompt_length:
@@ -202,18 +210,30 @@ class LaneEngine:
         budget = self.cap if budget is None else int(budget)
         if not 1 <= budget <= self.cap:
             raise ValueError(f"LaneEngine.admit: budget {budget} outside [1, {self.cap}]")
-        if jax.dtypes.issubdtype(jnp.asarray(key).dtype, jax.dtypes.prng_key):
+        if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
             key = jax.random.key_data(key)
-        ids = np.full((1, self.prompt_length), self.pad_id, np.int32)
-        ids[0, :len(prompt)] = prompt
-        self.state = self._admit(self._params, self.state, np.int32(lane), ids, np.int32(len(prompt)),
-                                 np.asarray(key, np.uint32), np.int32(budget), self.temperature, self.top_p, self.eos)
+        self._pending.append((lane, list(map(int, prompt)), key, budget))
         self.free[lane] = False
         self._prompts[lane] = list(map(int, prompt))
         # Live until the next chunk says otherwise (no device round trip here).
         rows = slice(lane * self.group, (lane + 1) * self.group)
         self._done[rows] = False
         self._lengths[rows] = 1
+
+    def _flush(self) -> None:
+        """Runs the pending admissions, admit_batch lanes per program call (one compiled shape)."""
+        a = self.admit_batch
+        while self._pending:
+            batch, self._pending = self._pending[:a], self._pending[a:]
+            lanes = np.full(a, self.lanes, np.int32)  # padding entries: dropped
+            ids = np.full((a, self.prompt_length), self.pad_id, np.int32)
+            lengths, budgets = np.ones(a, np.int32), np.ones(a, np.int32)
+            keys = [batch[0][2]] * a
+            for i, (lane, prompt, key, budget) in enumerate(batch):
+                lanes[i], lengths[i], budgets[i], keys[i] = lane, len(prompt), budget, key
+                ids[i, :len(prompt)] = prompt
+            self.state = self._admit(self._params, self.state, lanes, ids, lengths, jnp.stack(keys), budgets,
+                                     self.temperature, self.top_p, self.eos)
 
     def busy(self) -> bool:
         """Some admitted lane has rows still decoding."""
@@ -230,6 +250,7 @@ class LaneEngine:
         """Runs one decode chunk over all lanes; returns the decode steps it ran (0: nothing was live)."""
         if not self.busy():
             return 0
+        self._flush()
         self.state, steps = self._advance(self._params, self.state, self.temperature, self.top_p, self.eos)
         steps = int(steps)
         self._done = np.array(self.state.done)
@@ -253,6 +274,7 @@ class LaneEngine:
         return int(np.sum(self._release(lane).lengths))
 
     def _release(self, lane: int) -> SampleOutput:
+        self._flush()
         rows = slice(lane * self.group, (lane + 1) * self.group)
         s = self.state
         tokens, logprobs, lengths, ended = (np.asarray(x[rows]) for x in (s.tokens, s.logprobs, s.lengths, s.ended))
