@@ -83,8 +83,9 @@ class StreamRollouts(_Grader):
 
     Each host streams its shard of the data through its own lanes (on its first local device) and
     grades its own lanes; every decode chunk the hosts exchange their finished groups and busy-lane
-    counts, so all of them observe, count and train on the same groups. Lane k's prompt draws with fold_in(fold_in(fold_in(fold_in(key(seed), STREAM_KEY), step), prompt),
-    occurrence): its samples depend on the prompt and the step, not on the lane or when it entered.
+    counts, so all of them observe, count and train on the same groups. A lane's prompt draws with
+    `_lane_key` (seed, STREAM_KEY, step, prompt, occurrence in the step): its samples depend on the
+    prompt and the step, not on the lane or when it entered.
     """
 
     def __init__(self, model, tokenizer, pool, timers, *, seed: int, lanes: int, num_samples: int,
