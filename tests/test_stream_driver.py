@@ -4,7 +4,7 @@ prompts finish after a known number of decode chunks with known outcomes."""
 import numpy as np
 import pytest
 
-from greso_jax.selection import Carry, LaneResult, PulledPrompts, make_selector, run_stream_step
+from greso_jax.selection import Carry, LaneResult, PassConfig, PulledPrompts, make_selector, run_stream_step
 
 G = 4
 
@@ -135,3 +135,14 @@ def test_a_bad_admission_order_is_named():
     with pytest.raises(ValueError, match="stream_in_flight"):
         run_stream_step(selector, 1, pull_prompts=backend.pull, backend=backend, train_batch_size=4,
                         max_responses=100, in_flight="keep", carry=Carry())
+
+
+def test_once_per_step_drops_repeats_in_the_stream():
+    selector = make_selector("vanilla", num_prompts=3, group_size=G, seed=0,
+                             passes=PassConfig(once_per_step=True))
+    backend = ScriptedLanes(2, 3)
+    backend.selector = selector
+    result, _ = run_stream_step(selector, 1, pull_prompts=backend.pull, backend=backend, train_batch_size=100,
+                                max_responses=10_000)
+    assert sorted(g.prompt_id for g in result.rolled_out) == [0, 1, 2]
+    assert result.metrics["selection/repeats_dropped"] == 6  # epochs two and three of the scripted stream

@@ -97,7 +97,8 @@ def run_stream_step(selector: Selector, step: int, *, pull_prompts: PullFn, back
     groups: list[Group] = []
     usable = sum(selector.usable(g) for g in carried)
     waiting: list[tuple[int, Any]] = []
-    exhausted, responses, chunks, admitted = False, 0, 0, 0
+    exhausted, responses, chunks, admitted, dropped = False, 0, 0, 0, 0
+    once, seen = selector.pass_config.once_per_step, set()
 
     def take(results: list[LaneResult]) -> None:
         nonlocal responses, usable
@@ -121,7 +122,12 @@ def run_stream_step(selector: Selector, step: int, *, pull_prompts: PullFn, back
         # Every host pulls every round (want may be 0): a multi-host pull gathers the skips of all.
         pulled = _pull(pull_prompts, want, selector)
         exhausted = exhausted or (want > 0 and pulled.prompt_ids.size == 0)
-        waiting.extend(zip(pulled.prompt_ids.tolist(), pulled.payloads))
+        for prompt_id, payload in zip(pulled.prompt_ids.tolist(), pulled.payloads):
+            if once and prompt_id in seen:  # selection.once_per_step, as in passes
+                dropped += 1
+                continue
+            seen.add(prompt_id)
+            waiting.append((prompt_id, payload))
         if free and waiting:
             order = _checked_order(selector, np.array([p for p, _ in waiting], np.int64))
             chosen = set(order[:free].tolist())
@@ -164,7 +170,7 @@ def run_stream_step(selector: Selector, step: int, *, pull_prompts: PullFn, back
         "selection/surplus_groups": float(sum(g.has_variance for g in everything) - sum(g.has_variance for g in batch)),
         "selection/full_batch": float(len(batch) == train_batch_size),
         "selection/repeated_groups": float(len(everything) - len({g.prompt_id for g in everything})),
-        "selection/repeats_dropped": 0.0,
+        "selection/repeats_dropped": float(dropped),
         "selection/batch_prompts": float(len({g.prompt_id for g in batch})),
         "rollout/step_responses": float(responses),
         "stream/chunks": float(chunks),
