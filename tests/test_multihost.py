@@ -90,6 +90,25 @@ def test_two_processes_match_one_process_and_resume_on_one(tmp_path, warm_policy
     assert _restore_final(str(two))[0] == 4
 
 
+@pytest.mark.slow
+def test_two_processes_stream_their_shards_and_agree(tmp_path, warm_policy):
+    """Stream mode on 2 processes: each host streams its own shard through its lanes, the hosts
+    exchange finished groups every decode chunk, and the selector check (every step) finds them
+    identical; host 0 observes more groups than it admitted (the other host's)."""
+    from greso_jax.run.records import read_metrics
+
+    work = tmp_path / "stream"
+    result, logs = _launch_two(work, f"--config={CONFIG}:dynamic_sampling,{warm_policy}", f"--workdir={work}",
+                               "--config.mesh.data=4", "--config.train.host_check_every_steps=1",
+                               "--config.selection.rollout_mode=stream", "--config.selection.stream_lanes=3",
+                               "--config.selection.stream_chunk_steps=2", "--config.train.num_steps=2")
+    assert result.returncode == 0, result.stderr[-3000:] + logs
+    records = read_metrics(str(work))[1:]
+    assert [r["step"] for r in records] == [1, 2]
+    assert all(r["selection/kept"] > r["stream/admitted"] > 0 for r in records)
+    assert sum(r["train/groups"] for r in records) > 0
+
+
 DIVERGENCE = textwrap.dedent(r"""
     import sys
     import jax

@@ -1,7 +1,7 @@
 """Rollout cost per call: how one trainer rollout call's time splits and scales with the responses it generates.
 
 For the model shape of an experiment config (default experiments/arith_tiny.py, random weights), times the
-trainer's rollout path (`Trainer._rollout`): `generate_in_chunks` with the config's sampling kwargs, decoding
+trainer's rollout path (`run.rollouts.PassRollouts`): `generate_in_chunks` with the config's sampling kwargs, decoding
 each row to text, and grading through the config's `GradingPool` with `score_across_hosts`, for several prompt
 counts x G, after a warm-up call per shape (its time, compilation included, is reported apart). Each row is
 the median over --repeats calls with fresh keys.

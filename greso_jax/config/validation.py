@@ -223,6 +223,9 @@ def _validate_selection(sel: ml_collections.ConfigDict, group_size: int) -> None
                           "rollout outcomes); use it in experiments/bench/selection_sim.py, not for training")
     pass_fields = {f.name: _lookup(sel, f.name) for f in dataclasses.fields(selection.PassConfig)}
     _as_config_error(lambda: selection.PassConfig(**pass_fields).checked("selection"))
+    if sel.rollout_mode == "stream" and selection.STRATEGIES.get(strategy).extends_groups:
+        raise ConfigError(f"selection.rollout_mode: 'stream' holds one fixed G-row group per lane, but "
+                          f"selection.strategy={strategy!r} extends groups with more responses; use 'passes'")
     for name in selection.STRATEGIES:
         if selection.STRATEGIES.get(name).Settings is None:
             continue

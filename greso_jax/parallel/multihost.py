@@ -27,6 +27,15 @@ def allgather(x: np.ndarray) -> np.ndarray:
     return np.asarray(multihost_utils.process_allgather(x, tiled=False))
 
 
+def allgather_ragged(x: np.ndarray) -> list[np.ndarray]:
+    """Each host's 1-D array, whatever its length, on every host: a list of P arrays in host order."""
+    x = np.asarray(x).reshape(-1)
+    sizes = allgather(np.array([x.size], np.int64))[:, 0]
+    padded = np.zeros(max(int(sizes.max()), 1), x.dtype)
+    padded[:x.size] = x
+    return [row[:n] for row, n in zip(allgather(padded), sizes)]
+
+
 def to_host(x) -> np.ndarray:
     """A (possibly cross-host sharded) global jax array as a full NumPy array on every host."""
     if isinstance(x, jax.Array) and not x.is_fully_addressable:

@@ -283,21 +283,24 @@ class Checkpointer:
 
 
 def save_run_state(checkpointer: Checkpointer, step: int, *, learner, selector, pipeline, counters: dict,
-                   config) -> None:
+                   config, extras: dict | None = None) -> None:
     """Checkpoints a run at `step`: the learner's train state, the selector's history, and in the
-    metadata the data-iterator position, the cumulative `counters` and the config."""
+    metadata the data-iterator position, the cumulative `counters`, the config and `extras` (JSON run
+    state of other pieces: the stream's carried groups)."""
     meta = {"step": step, "data_state": pipeline.get_state(), "counters": counters,
-            "config": json.loads(config.to_json_best_effort())}
+            "config": json.loads(config.to_json_best_effort()), "extras": extras or {}}
     checkpointer.save(step, train_state=learner.train_state(), selector_state=selector.state_dict(), meta=meta)
 
 
 def restore_run_state(checkpointer: Checkpointer, *, learner, selector, pipeline, counters: dict,
-                      step: int | None = None, fall_back: Callable[[int, str], int] | None = None) -> int:
+                      step: int | None = None, fall_back: Callable[[int, str], int] | None = None,
+                      extras: dict | None = None) -> int:
     """Restores `step` (None: the latest; the trainer passes the step `choose_restore_step` verified)
-    into the learner, selector and pipeline and updates `counters` in place; returns the step
-    (0, touching nothing, when there is none). A step whose parameters or optimiser state are not
-    finite is restored into nothing: `fall_back(step, problem)` sets it aside and names the step to
-    try instead (without it, CheckpointError)."""
+    into the learner, selector and pipeline and updates `counters` (and `extras`, with what
+    save_run_state's extras held) in place; returns the step (0, touching nothing, when there is
+    none). A step whose parameters or optimiser state are not finite is restored into nothing:
+    `fall_back(step, problem)` sets it aside and names the step to try instead (without it,
+    CheckpointError)."""
     step = checkpointer.latest_step() if step is None else step
     while step:
         restored = checkpointer.restore(step, train_state_like=learner.train_state(),
@@ -315,6 +318,8 @@ def restore_run_state(checkpointer: Checkpointer, *, learner, selector, pipeline
     selector.load_state_dict(restored["selector"])
     pipeline.set_state(restored["meta"]["data_state"])
     counters.update(restored["meta"]["counters"])
+    if extras is not None:
+        extras.update(restored["meta"].get("extras", {}))
     return step
 
 

@@ -27,11 +27,11 @@ from greso_jax.run.records import GroupTraceWriter, MetricsWriter, Progress, for
 from greso_jax.parallel import multihost, preemption
 from greso_jax.parallel.sharding import mesh_from_config
 from greso_jax.run.build import build_policy, build_tokenizer
-from greso_jax.rewards.pool import GradingPool, score_across_hosts
+from greso_jax.rewards.pool import GradingPool
 from greso_jax.rl.batch import assemble_batch
 from greso_jax.run.run_dir import open_run_dir
-from greso_jax.sampling import generate_in_chunks
-from greso_jax.selection import PulledPrompts, ScoredPass, run_selection_step
+from greso_jax.run.rollouts import PassRollouts, carry_from_json, carry_to_json, stream_rollouts
+from greso_jax.selection import Carry, PulledPrompts, run_selection_step, run_stream_step
 from greso_jax.run.skip_audit import SkipAudit
 from greso_jax.core.specs import ConfigError
 
@@ -69,10 +69,14 @@ class Trainer:
                                 shaping=c.data.reward_shaping)
         self.checkpointer = Checkpointer(checkpoint_dir(self.workdir), keep=c.checkpoint.keep,
                                          every_steps=c.checkpoint.every_steps, async_save=c.checkpoint.async_save)
-        self.generation = sampling_kwargs(c)
+        self.timers = SectionTimers()
+        self.passes = PassRollouts(self.learner.model, self.tokenizer, self.pool, self.timers, seed=c.seed,
+                                   mesh=self.mesh, generation=sampling_kwargs(c))
+        self.stream = stream_rollouts(c, self.learner.model, self.tokenizer, self.pool, self.timers,
+                                      self.pipeline.element)
+        self.carry = Carry()  # stream_in_flight = "carry": the groups the next step trains first
         self.counters = {"rollout/num_responses": 0, "rollout/num_tokens": 0, "selection/skipped_total": 0,
                          "train/bad_steps": 0}
-        self.timers = SectionTimers()
         self.skip_audit = SkipAudit(c.eval.skip_audit_fraction, c.seed)
         if c.eval.skip_audit_fraction and jax.process_count() > 1:
             raise ConfigError("eval.skip_audit_fraction: the skip audit runs on one host only; set it to 0")
@@ -85,13 +89,22 @@ class Trainer:
 
     def train_step(self, step: int) -> dict[str, Any]:
         c = self.config
-        self._step, self._rollout_calls, self._grading_failures = step, 0, 0
         self.timers.reset()
         self.skip_audit.begin_step()
         start, cpu_start = time.perf_counter(), time.process_time()
         epoch = self.pipeline.epoch
-        result = run_selection_step(self.selector, step, pull_prompts=self._pull_prompts, rollout=self._rollout,
-                                    train_batch_size=c.train.train_batch_size, epoch=epoch)
+        self.passes.begin_step(step)  # the skip audit samples in passes in either mode
+        rollouts = self.stream or self.passes
+        rollouts.begin_step(step)
+        if self.stream is None:
+            result = run_selection_step(self.selector, step, pull_prompts=self._pull_prompts, rollout=self.passes,
+                                        train_batch_size=c.train.train_batch_size, epoch=epoch)
+        else:
+            sel = c.selection
+            result, self.carry = run_stream_step(
+                self.selector, step, pull_prompts=self._pull_prompts, backend=self.stream, epoch=epoch,
+                train_batch_size=c.train.train_batch_size, in_flight=sel.stream_in_flight, carry=self.carry,
+                max_responses=sel.max_passes * sel.rollout_batch_size * c.rl.group_size)
         metrics = {"data/epoch": epoch, **result.metrics}
         self.group_trace.write(step, epoch, result.rolled_out)
         every = c.train.host_check_every_steps
@@ -99,7 +112,7 @@ class Trainer:
             multihost.check_identical_across_hosts(self.selector.state_dict(), "the selector state", step)
         metrics.update(self._update(result) if result.groups else {"train/groups": 0})
         self._count(metrics)
-        metrics["rewards/grading_failures"] = self._grading_failures
+        metrics["rewards/grading_failures"] = rollouts.failures
         metrics["data/dropped_too_long"] = self.pipeline.num_dropped_too_long
         metrics["data/bad_rows"] = self.train_rows.num_bad_rows  # skipped with data.skip_bad_rows
         if self.pipeline.num_dropped_too_long and not self._dropped_logged:
@@ -113,7 +126,10 @@ class Trainer:
         return metrics
 
     def _pull_prompts(self, n: int) -> PulledPrompts:
-        if multihost.is_multihost():
+        if multihost.is_multihost() and self.stream:  # each host streams its own shard; skips are shared
+            elements, skipped_ids = self.pipeline.next_prompts(n)
+            skipped_ids = np.concatenate(multihost.allgather_ragged(np.asarray(skipped_ids, np.int64)))
+        elif multihost.is_multihost():
             elements, skipped_ids = self.pipeline.next_prompts_across_hosts(n, multihost.allgather)
         else:
             elements, skipped_ids = self.pipeline.next_prompts(n)
@@ -122,28 +138,6 @@ class Trainer:
         if self.skip_audit.enabled and skipped_ids.size:  # what each was skipped as, as it was then
             self.skip_audit.record(skipped_ids, self.selector.skip_kinds(skipped_ids))
         return PulledPrompts(prompt_ids=ids, payloads=elements, skipped_ids=skipped_ids)
-
-    def _rollout(self, prompt_ids, payloads, num_samples: int) -> ScoredPass:
-        """Generates num_samples responses per prompt and grades them on every host."""
-        prompts = [list(map(int, e["prompt_tokens"])) for e in payloads]
-        rng = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(self.config.seed), self._step),
-                                 self._rollout_calls)
-        self._rollout_calls += 1
-        with self.timers.timed("time/rollout"):
-            out = generate_in_chunks(self.learner.model, prompts, num_samples=num_samples, rng=rng,
-                                     eos_ids=self.tokenizer.eos_ids, pad_id=self.tokenizer.pad_id, mesh=self.mesh,
-                                     **self.generation)
-        with self.timers.timed("time/reward"):
-            texts = [self.tokenizer.decode(out.tokens[r, :out.lengths[r]]) for r in range(out.tokens.shape[0])]
-            golds = [e["ground_truth"] for e in payloads for _ in range(num_samples)]
-            sources = [e["data_source"] for e in payloads for _ in range(num_samples)]
-            rewards, correct, failures = score_across_hosts(
-                self.pool, texts, golds, sources, process_index=jax.process_index(),
-                process_count=jax.process_count(), allgather=multihost.allgather)
-            self._grading_failures += failures
-        shape = (len(prompts), num_samples)
-        return ScoredPass(correct=correct.reshape(shape), rewards=rewards.reshape(shape), handle=out,
-                          num_tokens=int(np.sum(out.lengths)))
 
     def _update(self, result) -> dict[str, float]:
         """Advantages and the learner batch from the accepted groups, then one training update."""
@@ -191,9 +185,11 @@ class Trainer:
 
     def run(self) -> dict[str, Any]:
         c = self.config
+        extras: dict = {}
         start_step = restore_run_state(self.checkpointer, learner=self.learner, selector=self.selector,
                                        pipeline=self.pipeline, counters=self.counters, step=self.run_dir.start_step,
-                                       fall_back=self.run_dir.fall_back)
+                                       fall_back=self.run_dir.fall_back, extras=extras)
+        self.carry = carry_from_json(extras.get("stream_carry", []), self.pipeline.element)
         if start_step:
             self.log(f"resumed from step {start_step} ({self.checkpointer.directory})")
         writer = MetricsWriter(self.workdir, enabled=self.is_main, resume_step=start_step or None, config=c)
@@ -230,7 +226,7 @@ class Trainer:
         for step in range(start_step + 1, c.train.num_steps + 1):
             metrics = self.train_step(step)
             if self.skip_audit.enabled:
-                metrics.update(self.skip_audit.run(step, self._rollout, self.pipeline.element, c.rl.group_size))
+                metrics.update(self.skip_audit.run(step, self.passes, self.pipeline.element, c.rl.group_size))
             if self.counters["train/bad_steps"] >= c.train.max_bad_steps:
                 writer.write(step, metrics)
                 raise FloatingPointError(
@@ -244,7 +240,8 @@ class Trainer:
             stop = None if final else preemption.stop_agreed()  # a collective: every host stops after one step
             if self.checkpointer.should_save(step, final or bool(stop)) and not metrics.get("actor/nonfinite_skipped"):
                 save_run_state(self.checkpointer, step, learner=self.learner, selector=self.selector,
-                               pipeline=self.pipeline, counters=self.counters, config=c)
+                               pipeline=self.pipeline, counters=self.counters, config=c,
+                               extras={"stream_carry": carry_to_json(self.carry)})
             if stop:
                 return preemption.stopped(stop, step, self.checkpointer.latest_step(), self.workdir)
         return None

@@ -65,6 +65,8 @@ class Selector:
     # reports draw them.
     knobs: ClassVar[tuple[str, ...]] = ()
     ablation: ClassVar[Ablation | None] = None  # the setting its own study sweeps, if any
+    # True: its passes extend groups with more responses (AERO's rescue), so a group is not one G-row lane.
+    extends_groups: ClassVar[bool] = False
     # True: predicted_zero_variance is a chance in [0, 1] (calibration and Brier score apply); False: a score.
     prediction_is_chance: ClassVar[bool] = True
     # The pass sizer (`pass_sizing.SIZERS`) of a strategy whose settings have no `pass_sizing` field.
@@ -165,6 +167,12 @@ class Selector:
     def finish_step(self, groups: list[Group], train_batch_size: int) -> list[Group]:
         """The groups to train on, at most train_batch_size, in rollout order (curated in place if needed)."""
         return [g for g in groups if self.usable(g)][:train_batch_size]
+
+    def admission_order(self, prompt_ids) -> np.ndarray:
+        """Stream rollouts: the order in which kept, waiting prompts enter free lanes, a permutation
+        int64 [N] of range(N) (first enters first). The base keeps data order."""
+        ids = check_prompt_ids(prompt_ids, self.num_prompts, f"{self.strategy}.admission_order")
+        return np.arange(ids.size, dtype=np.int64)
 
     # -- keep decisions and history -----------------------------------------------------------
 

@@ -49,6 +49,17 @@ class PassConfig(StrategySettings):
                                 "already rolled out this step is dropped (selection/repeats_dropped). A selector "
                                 "that skips most of a small pool cycles it within a step and would otherwise "
                                 "re-roll the same prompts on the same policy")
+    rollout_mode: str = field("passes", Spec(STR, choices=("passes", "stream")),
+                              "passes: rollouts in passes of prompts; stream: a fixed set of lanes decoding "
+                              "continuously, each refilled with the next kept prompt as its group finishes")
+    stream_lanes: int = field(0, Spec(INT, 0), "stream mode: prompts (of G rows each) in flight; 0: "
+                              "rollout_batch_size")
+    stream_chunk_steps: int = field(32, Spec(INT, 1), "stream mode: most decode steps between two host "
+                                    "decisions (a chunk also ends when a lane finishes)")
+    stream_in_flight: str = field("abort", Spec(STR, choices=("abort", "carry")),
+                                  "stream mode, lanes in flight once the batch is full: abort (tokens counted as "
+                                  "stream/aborted_tokens) or finish and carry their usable groups into the next "
+                                  "step's batch (one step off-policy)")
 
     def check_relations(self, prefix: str) -> None:
         if self.min_pass_size > self.rollout_batch_size:

@@ -137,6 +137,7 @@ class AeroSelector(Selector):
     """Keeps every prompt; Stage I and rescue rounds are its passes, `curate` builds each group's loss terms."""
 
     Settings = AeroSettings
+    extends_groups = True
 
     def __init__(self, num_prompts: int, **common):
         super().__init__(num_prompts, **common)

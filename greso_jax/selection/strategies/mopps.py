@@ -115,6 +115,11 @@ class MoppsSelector(FilteringSelector):
             self._tolerance_cache = (key, float(np.partition(distance, rank)[rank]))
         return self._tolerance_cache[1]
 
+    def admission_order(self, prompt_ids) -> np.ndarray:
+        """Stream rollouts: the draws closest to target_rate enter first (the draws should_keep judged)."""
+        ids = check_prompt_ids(prompt_ids, self.num_prompts, "mopps.admission_order")
+        return np.argsort(np.abs(self.thompson_draws(ids) - self.settings.target_rate), kind="stable")
+
     def should_keep(self, prompt_ids, epochs=None) -> np.ndarray:
         ids = check_prompt_ids(prompt_ids, self.num_prompts, "mopps.should_keep")
         return np.abs(self.thompson_draws(ids, epochs) - self.settings.target_rate) <= self.tolerance

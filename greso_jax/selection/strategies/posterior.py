@@ -191,6 +191,11 @@ class PosteriorSelector(FilteringSelector):
     def predicted_zero_variance(self, prompt_ids) -> np.ndarray:
         return self.zero_variance_chances(prompt_ids)
 
+    def admission_order(self, prompt_ids) -> np.ndarray:
+        """Stream rollouts: the likeliest informative prompts (lowest zero-variance chance) enter first."""
+        ids = check_prompt_ids(prompt_ids, self.num_prompts, "posterior.admission_order")
+        return np.argsort(self.zero_variance_chances(ids), kind="stable")
+
     def keep_probabilities(self, prompt_ids) -> np.ndarray:
         """Keep probability per prompt, float64 [N]: 1 below the threshold or without evidence (unless its
         level's prior predicts zero variance), else `explore`."""

@@ -1,0 +1,202 @@
+"""One training step of a stream rollout (`selection.rollout_mode = "stream"`), for every strategy.
+
+Where `driver.run_selection_step` runs passes (a batch of prompts, waited on until its longest row
+ends), this driver keeps a fixed set of lanes busy: a lane whose G responses are done is graded, the
+strategy observes that group at once, and the lane takes the next prompt the strategy kept, the
+waiting prompts in the strategy's `admission_order`. The step's rollouts end once the batch holds
+train_batch_size usable groups (every host counts every host's groups, exchanged each decode chunk), at the response
+cap, or when the data runs out. What is still in flight then is aborted (its tokens reported as
+waste) or finished and carried, with the usable groups the batch had no room for, into the next
+step's batch (`Carry`: run state, checkpointed).
+
+The strategy has no stream-specific code: it keeps (`should_keep`, through the pipeline), ranks
+(`admission_order`), observes (`observe_groups`), says which groups are usable and trains on
+`finish_step`. The lanes themselves are behind `StreamBackend` (the trainer's lane engine and
+grading); this module is NumPy only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Protocol
+
+import numpy as np
+
+from greso_jax.selection.base import Selector
+from greso_jax.selection.driver import PullFn, StepResult, _pull
+from greso_jax.selection.groups import Group
+
+IN_FLIGHT_MODES = ("abort", "carry")
+
+
+@dataclasses.dataclass
+class LaneResult:
+    """One finished lane: G graded responses of one prompt. correct bool [G], rewards float32 [G];
+    handle: the lane's one-prompt sampler output (row g = response g)."""
+
+    prompt_id: int
+    payload: Any
+    correct: np.ndarray
+    rewards: np.ndarray
+    handle: Any
+    num_tokens: int
+
+
+class StreamBackend(Protocol):
+    """The lanes: admission, one decode chunk at a time, grading of finished lanes."""
+
+    lanes: int
+
+    def free_lanes(self) -> int: ...
+
+    def admit(self, prompt_id: int, payload: Any) -> None: ...
+
+    def in_flight(self) -> int:
+        """Busy lanes over all hosts."""
+
+    def advance(self) -> list[LaneResult]:
+        """One decode chunk, then the lanes it finished on every host, graded (host by host, in lane
+        order): every host observes the same groups in the same order."""
+
+    def abort_all(self) -> int:
+        """Frees every busy lane; returns the tokens they had generated (over all hosts)."""
+
+
+    def busy_share(self) -> float:
+        """Row-steps spent on live rows / row-steps decoded, over the step so far."""
+
+
+@dataclasses.dataclass
+class Carry:
+    """What a step hands to the next under stream_in_flight = "carry": usable groups it had no room
+    for (finished with this step's policy; their sampling log-probs are the next step's behaviour
+    policy), each with its lane's output, in the order they finished."""
+
+    groups: list[Group] = dataclasses.field(default_factory=list)
+    handles: list[Any] = dataclasses.field(default_factory=list)
+
+
+def run_stream_step(selector: Selector, step: int, *, pull_prompts: PullFn, backend: StreamBackend,
+                    train_batch_size: int, max_responses: int, in_flight: str = "abort",
+                    carry: Carry | None = None, epoch: int = 0) -> tuple[StepResult, Carry]:
+    """Streams until the step's batch is built; returns (the step's result, the carry into the next).
+
+    Calls selector.begin_step first and selector.end_step last. The batch is
+    selector.finish_step over the carried groups then this step's, so carried groups train first.
+    max_responses: the step's response cap (> 0). StepResult.handles: the carried groups' outputs
+    first, then one per lane finished this step; a group's call index names its handle.
+    """
+    if train_batch_size < 1:
+        raise ValueError(f"train.train_batch_size: must be >= 1, got {train_batch_size}")
+    if in_flight not in IN_FLIGHT_MODES:
+        raise ValueError(f"selection.stream_in_flight: expected one of {IN_FLIGHT_MODES}, got {in_flight!r}")
+    carry = carry or Carry()
+    selector.begin_step(step, epoch=epoch)
+    handles = list(carry.handles)
+    carried = [_renumbered(g, i) for i, g in enumerate(carry.groups)]
+    groups: list[Group] = []
+    usable = sum(selector.usable(g) for g in carried)
+    waiting: list[tuple[int, Any]] = []
+    exhausted, responses, chunks, admitted, dropped = False, 0, 0, 0, 0
+    once, seen = selector.pass_config.once_per_step, set()
+
+    def take(results: list[LaneResult]) -> None:
+        nonlocal responses, usable
+        fresh = []
+        for r in results:
+            fresh.append(Group.from_call(len(handles), 0, r.prompt_id, r.payload, np.asarray(r.correct, bool),
+                                         np.asarray(r.rewards, np.float32)))
+            handles.append(r.handle)
+            selector.record_rollout(r.correct.size, r.num_tokens)
+            responses += r.correct.size
+        selector.observe_groups(fresh)  # the history is current for the next admission
+        groups.extend(fresh)
+        usable += sum(selector.usable(g) for g in fresh)
+
+    while True:
+        # `usable` counts every host's groups (advance returns them all), so hosts agree here.
+        if usable >= train_batch_size or responses >= max_responses:
+            break
+        free = backend.free_lanes()
+        want = backend.lanes - len(waiting) if free and not exhausted else 0
+        # Every host pulls every round (want may be 0): a multi-host pull gathers the skips of all.
+        pulled = _pull(pull_prompts, want, selector)
+        exhausted = exhausted or (want > 0 and pulled.prompt_ids.size == 0)
+        for prompt_id, payload in zip(pulled.prompt_ids.tolist(), pulled.payloads):
+            if once and prompt_id in seen:  # selection.once_per_step, as in passes
+                dropped += 1
+                continue
+            seen.add(prompt_id)
+            waiting.append((prompt_id, payload))
+        if free and waiting:
+            order = _checked_order(selector, np.array([p for p, _ in waiting], np.int64))
+            chosen = set(order[:free].tolist())
+            for i in order[:free].tolist():
+                backend.admit(*waiting[i])
+            admitted += len(chosen)
+            waiting = [w for i, w in enumerate(waiting) if i not in chosen]
+        if not backend.in_flight():
+            break  # the data ran out and every lane is collected
+        take(backend.advance())
+        chunks += 1
+
+    busy_share = backend.busy_share()
+    aborted_lanes = backend.in_flight()
+    aborted_tokens = 0
+    if in_flight == "abort":
+        aborted_tokens = backend.abort_all()
+    else:
+        while backend.in_flight():
+            take(backend.advance())
+        aborted_lanes = 0
+    # Pulled, kept, never admitted: not rolled out (counted below); the next step pulls afresh.
+    everything = carried + groups
+    batch = selector.finish_step(everything, train_batch_size)
+    in_batch = {id(g) for g in batch}
+    next_carry = Carry()
+    if in_flight == "carry":
+        for g in everything:
+            if id(g) not in in_batch and selector.usable(g):
+                next_carry.groups.append(g)
+                next_carry.handles.append(handles[int(g.response_refs[0, 0])])
+    metrics = selector.end_step()
+    rolled_out = selector.step_groups
+    carried_in_batch = sum(id(g) in in_batch for g in carried)
+    metrics.update({
+        "selection/passes": 1.0,
+        "selection/zero_variance_ratio": sum(not g.has_variance for g in groups) / rolled_out if rolled_out else 0.0,
+        "selection/effective_prompts": float(sum(g.has_variance_in_loss for g in batch)),
+        "selection/batch_groups": float(len(batch)),
+        "selection/surplus_groups": float(sum(g.has_variance for g in everything) - sum(g.has_variance for g in batch)),
+        "selection/full_batch": float(len(batch) == train_batch_size),
+        "selection/repeated_groups": float(len(everything) - len({g.prompt_id for g in everything})),
+        "selection/repeats_dropped": float(dropped),
+        "selection/batch_prompts": float(len({g.prompt_id for g in batch})),
+        "rollout/step_responses": float(responses),
+        "stream/chunks": float(chunks),
+        "stream/admitted": float(admitted),
+        "stream/unadmitted": float(len(waiting)),
+        "stream/lanes_busy_share": busy_share,
+        "stream/aborted_lanes": float(aborted_lanes),
+        "stream/aborted_tokens": float(aborted_tokens),
+        "stream/carried_groups": float(carried_in_batch),
+        "stream/carried_share": carried_in_batch / len(batch) if batch else 0.0,
+        "stream/carry_out_groups": float(len(next_carry.groups)),
+    })
+    return StepResult(groups=batch, handles=handles, metrics=metrics, rolled_out=groups), next_carry
+
+
+def _renumbered(group: Group, call: int) -> Group:
+    """A carried group pointing at call index `call` of the new step (its lane's output)."""
+    refs = group.response_refs.copy()
+    refs[:, 0] = call
+    return dataclasses.replace(group, response_refs=refs)
+
+
+def _checked_order(selector: Selector, ids: np.ndarray) -> np.ndarray:
+    order = np.asarray(selector.admission_order(ids), np.int64)
+    if order.shape != ids.shape or not np.array_equal(np.sort(order), np.arange(ids.size)):
+        raise ValueError(f"{selector.strategy}.admission_order: must return a permutation of range({ids.size}), "
+                         f"got {order.tolist()}")
+    return order
+
