@@ -215,7 +215,9 @@ class Checkpointer:
             raise NonFiniteCheckpointError(f"step {step}: parameters or optimiser state are not finite; "
                                            "refusing to checkpoint")
         selector_state = {k: np.asarray(v) for k, v in selector_state.items()}
-        self._write_manifests(block=False)
+        # A save still in flight is finished first, so that its failure (a full disk) names its own
+        # step, not this one (orbax would raise it from this save).
+        self._write_manifests(block=bool(self._without_manifest))
         try:
             self._manager.save(step, args=ocp.args.Composite(**{
                 TRAIN_STATE: ocp.args.StandardSave(train_state),
@@ -229,7 +231,8 @@ class Checkpointer:
 
     def _write_error(self, step: int, error: Exception) -> CheckpointWriteError:
         self._failed = True
-        previous = max((s for s in self._manager.all_steps() if s < step), default=None)
+        previous = max((s for s in self._manager.all_steps() if s < step and s not in self._without_manifest),
+                       default=None)  # a step whose save has not finished is not intact
         what = " ".join(str(error).split())
         if len(what) > 400:  # tensorstore's message starts with the item and ends with the file and the cause
             what = what[:150] + " ... " + what[-250:]
