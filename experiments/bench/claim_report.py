@@ -11,7 +11,9 @@ For each strategy and each seed it shares with the baseline (same seed, same war
   - the share of the baseline's gain per step: (final - start) / (baseline final - start); both runs
     train the same number of steps from the same start, so this is learning per step.
 Means over seeds come with a Student-t 95% interval of the mean of the paired differences; ratios
-with the geometric mean and its interval. Time excludes compilation (reported apart by the runs).
+with the geometric mean and its interval. Wall-clock excludes compilation (reported apart by the
+runs); CPU seconds (the process's, all threads) include it, since JAX reports compile time only as wall
+time.
 """
 
 from __future__ import annotations
@@ -144,8 +146,8 @@ def claims_table(result: dict, baseline: str) -> str:
     lines = [f"**The claim, paired per seed against {baseline}** (mean over seeds [95% t interval]; accuracy "
              "differences are the strategy's minus the baseline's; equal budget = both curves at the smaller "
              "of the two runs' totals; reach = the responses / time to the baseline's final accuracy on the "
-             "seed, as baseline / strategy, geometric mean over the seeds that reach it; time excludes "
-             "compilation)", "",
+             "seed, as baseline / strategy, geometric mean over the seeds that reach it; wall-clock excludes "
+             "compilation, CPU seconds include it)", "",
              "| strategy | seeds | final accuracy Δ | Δ at equal wall-clock | Δ at equal CPU s | Δ at equal responses | "
              "wall-clock to reach (seeds) | CPU s to reach | responses to reach | share of the baseline's gain per step |",
              "|---|---|---|---|---|---|---|---|---|---|"]
