@@ -27,9 +27,9 @@ def _train_command(workdir, *extra):
 
 
 def _rows(workdir):
-    """metrics.jsonl without the timings (the only fields that differ between identical runs)."""
+    """metrics.jsonl without wall and CPU seconds (the only fields that differ between identical runs)."""
     with open(os.path.join(workdir, "metrics.jsonl")) as f:
-        return [{k: v for k, v in json.loads(line).items() if not k.startswith("time/")} for line in f]
+        return [{k: v for k, v in json.loads(line).items() if not k.startswith(("time/", "cpu/"))} for line in f]
 
 
 def _wait_for_step(workdir, step, process, timeout=TIMEOUT):

@@ -40,7 +40,7 @@ def test_audit_rolls_out_every_skip_at_fraction_one_and_changes_nothing_else(tmp
     assert sum(r["audit/responses"] for r in audited) == 4 * skipped_hard  # G = 4
     assert sum(r["audit/other_skips"] for r in audited) == 0
     assert all("audit/responses" not in r for r in plain)
-    training = lambda r: {k: v for k, v in r.items() if not k.startswith(("time/", "perf/", "audit/"))}  # noqa: E731
+    training = lambda r: {k: v for k, v in r.items() if not k.startswith(("time/", "cpu/", "perf/", "audit/"))}  # noqa: E731
     assert [training(r) for r in audited] == [training(r) for r in plain]
 
 
