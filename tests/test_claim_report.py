@@ -39,7 +39,7 @@ def test_cost_to_reach_interpolates_the_first_crossing():
     assert claim_report.cost_to_reach(curves, "responses", 0.4) == pytest.approx(300.0)
     assert claim_report.cost_to_reach(curves, "responses", 0.2) == 0.0
     assert claim_report.cost_to_reach(curves, "responses", 0.6) is None
-    assert claim_report.accuracy_at(curves, "step_s", 3.0) == pytest.approx(0.4)
+    assert claim_report.accuracy_on_curves(curves, 3.0, "step_s") == pytest.approx(0.4)
 
 
 def test_paired_claims_at_equal_budgets_and_to_the_baselines_accuracy():

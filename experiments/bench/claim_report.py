@@ -23,7 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
-from greso_jax.run.run_stats import run_curves, run_stats
+from greso_jax.run.run_stats import accuracy_on_curves, run_curves, run_stats, spent_at_evaluations
 
 # Two-sided 95% Student-t quantiles t_{0.975, df} for df = 1..30; beyond, the normal's 1.96 is within 2%.
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
@@ -54,23 +54,10 @@ def ratio_interval(ratios: Sequence[float]) -> dict:
     return {k: (math.exp(v) if k != "n" and math.isfinite(v) else v) for k, v in logs.items()}
 
 
-def _evaluated(curves: dict, key: str) -> tuple[np.ndarray, np.ndarray]:
-    """(budget spent at each evaluation, accuracy there), both [E]."""
-    spent = [curves[key][curves["steps"].index(step)] if step in curves["steps"] else 0.0
-             for step in curves["eval_steps"]]
-    return np.asarray(spent, np.float64), np.asarray(curves["eval_accuracy"], np.float64)
-
-
-def accuracy_at(curves: dict, key: str, budget: float) -> float:
-    """Held-out accuracy after `budget` of `key` (a run_curves cumulative curve), linear between evaluations."""
-    spent, accuracy = _evaluated(curves, key)
-    return float(np.interp(budget, spent, accuracy)) if spent.size else float("nan")
-
-
 def cost_to_reach(curves: dict, key: str, target: float) -> float | None:
     """The `key` budget at which the accuracy curve first reaches `target`, linear between the evaluation
     below it and the first one at or above it; None if it never does."""
-    spent, accuracy = _evaluated(curves, key)
+    spent, accuracy = spent_at_evaluations(curves, key), curves["eval_accuracy"]
     for i, a in enumerate(accuracy):
         if a >= target:
             if i == 0 or accuracy[i - 1] >= a:
@@ -99,7 +86,7 @@ def paired_seed(records: Sequence[dict], baseline_records: Sequence[dict]) -> di
             out[f"reach_{name}"] = None
             continue
         budget = min(mine[key][-1], base[key][-1])
-        out[f"equal_{name}_diff"] = accuracy_at(mine, key, budget) - accuracy_at(base, key, budget)
+        out[f"equal_{name}_diff"] = accuracy_on_curves(mine, budget, key) - accuracy_on_curves(base, budget, key)
         reached, base_reached = cost_to_reach(mine, key, target), cost_to_reach(base, key, target)
         out[f"reach_{name}"] = reached
         out[f"reach_{name}_ratio"] = (base_reached / reached if reached and base_reached else float("nan"))

@@ -33,7 +33,7 @@ import numpy as np
 
 from experiments.bench.claim_report import mean_interval
 from greso_jax.run.records import read_group_trace, read_lines
-from greso_jax.run.run_stats import number, run_curves
+from greso_jax.run.run_stats import run_curves, step_mean, step_total
 from greso_jax.selection import baseline
 
 BASELINE = baseline().name
@@ -56,25 +56,15 @@ def group_statistics(trace: Sequence[dict]) -> dict:
             else float("nan"), "signal": signal / mixed if mixed else float("nan")}
 
 
-def _mean_metric(records: Sequence[dict], key: str) -> float:
-    values = [number(r, key) for r in records if r.get("step", 0) > 0]
-    values = [v for v in values if v is not None]
-    return float(np.mean(values)) if values else float("nan")
-
-
-def _total(records: Sequence[dict], key: str) -> float:
-    return float(sum(number(r, key) or 0.0 for r in records if r.get("step", 0) > 0))
-
-
 def run_diagnosis(records: Sequence[dict], trace: Sequence[dict]) -> dict:
     """One run's candidate measures (coverage in absolute prompts; made relative by `paired`)."""
     groups = group_statistics(trace)
-    audited = _total(records, "audit/easy_skips")
-    informative = 1.0 - _total(records, "audit/easy_zero_variance") / audited if audited else float("nan")
-    kept = _total(records, "selection/kept")
+    audited = step_total(records, "audit/easy_skips")
+    informative = 1.0 - step_total(records, "audit/easy_zero_variance") / audited if audited else float("nan")
+    kept = step_total(records, "selection/kept")
     return {"mixed_prompts": groups["mixed_prompts"], "concentration": groups["concentration"],
-            "signal": groups["signal"], "frontier_informative_share": informative, "entropy": _mean_metric(records, "actor/entropy"),
-            "reroll_share": _total(records, "selection/repeated_groups") / kept if kept else float("nan")}
+            "signal": groups["signal"], "frontier_informative_share": informative, "entropy": step_mean(records, "actor/entropy"),
+            "reroll_share": step_total(records, "selection/repeated_groups") / kept if kept else float("nan")}
 
 
 def paired(records, trace, base_records, base_trace) -> dict:

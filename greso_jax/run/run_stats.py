@@ -43,11 +43,13 @@ def run_curves(records: Sequence[dict]) -> dict[str, list[float]]:
             "eval_s": eval_time, "steps": [0] + [int(r["step"]) for r in steps]}
 
 
-def _sum(records, key) -> float:
+def step_total(records, key) -> float:
+    """The sum of a metric over a run's training steps (missing: 0)."""
     return float(sum(number(r, key) or 0.0 for r in records if r.get("step", 0) > 0))
 
 
-def _mean(records, key) -> float:
+def step_mean(records, key) -> float:
+    """The mean of a metric over the training steps that logged it (none: NaN)."""
     values = [v for r in records if r.get("step", 0) > 0 and (v := number(r, key)) is not None]
     return float(np.mean(values)) if values else float("nan")
 
@@ -68,19 +70,19 @@ def run_stats(records: Sequence[dict]) -> dict[str, float]:
         "compile_s": curves["compile_s"][-1],
         "cpu_s": curves["cpu_s"][-1] if any("cpu/step" in r for r in records) else float("nan"),
         "cpu_rollout_s": curves["cpu_rollout_s"][-1] if any("cpu/rollout" in r for r in records) else float("nan"),
-        "effective_prompts": _mean(records, "selection/effective_prompts"),
-        "surplus_groups": _sum(records, "selection/surplus_groups"),
+        "effective_prompts": step_mean(records, "selection/effective_prompts"),
+        "surplus_groups": step_total(records, "selection/surplus_groups"),
         # Runs before these metrics existed give NaN ("—"), not 0.
-        "repeated_share": ratio(_sum(records, "selection/repeated_groups"), _sum(records, "selection/kept"))
+        "repeated_share": ratio(step_total(records, "selection/repeated_groups"), step_total(records, "selection/kept"))
         if any("selection/repeated_groups" in r for r in records) else float("nan"),
-        "batch_prompts": _mean(records, "selection/batch_prompts"),
-        "update_tokens": _sum(records, "actor/update_tokens"),
-        "zero_variance_ratio": _mean(records, "selection/zero_variance_ratio"),
-        "consistency_easy": ratio(_sum(records, "zero_variance/repeated_easy"),
-                                  _sum(records, "zero_variance/revisited_easy")),
-        "consistency_hard": ratio(_sum(records, "zero_variance/repeated_hard"),
-                                  _sum(records, "zero_variance/revisited_hard")),
-        "skips_easy": _sum(records, "selection/skipped_easy"), "skips_hard": _sum(records, "selection/skipped_hard"),
+        "batch_prompts": step_mean(records, "selection/batch_prompts"),
+        "update_tokens": step_total(records, "actor/update_tokens"),
+        "zero_variance_ratio": step_mean(records, "selection/zero_variance_ratio"),
+        "consistency_easy": ratio(step_total(records, "zero_variance/repeated_easy"),
+                                  step_total(records, "zero_variance/revisited_easy")),
+        "consistency_hard": ratio(step_total(records, "zero_variance/repeated_hard"),
+                                  step_total(records, "zero_variance/revisited_hard")),
+        "skips_easy": step_total(records, "selection/skipped_easy"), "skips_hard": step_total(records, "selection/skipped_hard"),
     }
     first = next((r for r in records if r.get("step") == 0), {})
     stats["warmstart_steps"] = number(first, "warmstart/steps") or float("nan")
@@ -89,9 +91,9 @@ def run_stats(records: Sequence[dict]) -> dict[str, float]:
     # Every audited skip counts in the overall precision, also those the strategy made no easy / hard
     # prediction for ("other"; logged since the audit classifies skips by `skip_kinds`).
     kinds = ("easy", "hard", "other")
-    zero_variance = {kind: _sum(records, f"audit/{kind}_zero_variance") for kind in kinds}
+    zero_variance = {kind: step_total(records, f"audit/{kind}_zero_variance") for kind in kinds}
     for kind in kinds:
-        stats[f"audited_{kind}"] = _sum(records, f"audit/{kind}_skips")
+        stats[f"audited_{kind}"] = step_total(records, f"audit/{kind}_skips")
         stats[f"skip_precision_{kind}"] = ratio(zero_variance[kind], stats[f"audited_{kind}"])
     stats["skip_precision"] = ratio(sum(zero_variance.values()), sum(stats[f"audited_{kind}"] for kind in kinds))
     return stats
@@ -109,9 +111,19 @@ def cost_to_target(records: Sequence[dict], target: float) -> dict[str, float] |
     return None
 
 
+def spent_at_evaluations(curves: dict, key: str) -> list[float]:
+    """The cumulative `key` (a run_curves curve) at each of the run's evaluations, [E]."""
+    return [curves[key][curves["steps"].index(step)] for step in curves["eval_steps"]]
+
+
+def accuracy_on_curves(curves: dict, budget: float, key: str) -> float:
+    """Held-out accuracy after `budget` of `key` on a run's curves (run_curves), linear between its
+    evaluations; at most its last evaluation's accuracy."""
+    spent = spent_at_evaluations(curves, key)
+    return float(np.interp(budget, spent, curves["eval_accuracy"])) if spent else float("nan")
+
+
 def accuracy_within(records: Sequence[dict], budget: float, key: str) -> float:
     """Held-out accuracy of one run at a budget of `key` ("responses" or "step_s": cumulative responses or
     training seconds), linear between its evaluations; at most its last evaluation's accuracy."""
-    curves = run_curves(records)
-    spent = [curves[key][curves["steps"].index(step)] for step in curves["eval_steps"]]
-    return float(np.interp(budget, spent, curves["eval_accuracy"])) if spent else float("nan")
+    return accuracy_on_curves(run_curves(records), budget, key)
