@@ -130,16 +130,17 @@ class StreamRollouts(_Grader):
             self.engine.advance()
             finished = self.engine.finished()
             outs = [self.engine.collect(lane) for lane in finished]
-        local = []
-        for lane, out in zip(finished, outs):
-            prompt_id, payload = self.held.pop(lane)
-            with self.timers.timed("time/reward"):
-                texts = [self.tokenizer.decode(out.tokens[r, :out.lengths[r]]) for r in range(self.num_samples)]
-                scored = self.pool.score(texts, [payload["ground_truth"]] * self.num_samples,
-                                         [payload["data_source"]] * self.num_samples)
-            self.failures += scored.num_timeouts + scored.num_crashes
-            local.append(LaneResult(prompt_id, payload, np.asarray(scored.correct, bool),
-                                    np.asarray(scored.rewards, np.float32), out, int(np.sum(out.lengths))))
+        held = [self.held.pop(lane) for lane in finished]
+        g = self.num_samples
+        with self.timers.timed("time/reward"):  # the chunk's finished lanes in one call to the grading workers
+            texts = [self.tokenizer.decode(out.tokens[r, :out.lengths[r]]) for out in outs for r in range(g)]
+            scored = self.pool.score(texts, [payload["ground_truth"] for _, payload in held for _ in range(g)],
+                                     [payload["data_source"] for _, payload in held for _ in range(g)])
+        self.failures += scored.num_timeouts + scored.num_crashes
+        correct = np.asarray(scored.correct, bool).reshape(len(outs), g)
+        rewards = np.asarray(scored.rewards, np.float32).reshape(len(outs), g)
+        local = [LaneResult(prompt_id, payload, correct[i], rewards[i], out, int(np.sum(out.lengths)))
+                 for i, ((prompt_id, payload), out) in enumerate(zip(held, outs))]
         return self._exchange(local) if multihost.is_multihost() else local
 
     def _exchange(self, local: list[LaneResult]) -> list[LaneResult]:
