@@ -94,8 +94,9 @@ class Trainer:
         start, cpu_start = time.perf_counter(), time.process_time()
         epoch = self.pipeline.epoch
         self.passes.begin_step(step)  # the skip audit samples in passes in either mode
+        if self.stream is not None:
+            self.stream.begin_step(step)
         rollouts = self.stream or self.passes
-        rollouts.begin_step(step)
         if self.stream is None:
             result = run_selection_step(self.selector, step, pull_prompts=self._pull_prompts, rollout=self.passes,
                                         train_batch_size=c.train.train_batch_size, epoch=epoch)
