@@ -43,7 +43,7 @@ def test_apart_pool_is_distinct_from_both_pools_deterministic_and_leaves_them_un
 def test_difficulties_labelled_and_mixed():
     train, heldout = arith.make_arith_pools(3000, 600, seed=1234)
     counts = collections.Counter(r.difficulty for r in train)
-    assert set(counts) == set(arith.LEVELS)
+    assert set(counts) == set(arith.DEFAULT_LEVEL_WEIGHTS)  # the chain levels weigh 0 in the default mix
     bands = collections.Counter(arith.difficulty_band(r.difficulty) for r in train)
     assert min(bands[b] for b in ("easy", "medium", "hard")) > 300
     for row in train[:200]:
@@ -70,6 +70,8 @@ def test_level_weights_are_the_difficulty_knob():
     ("19*4=", "670", "76"),
     ("(64+86)*5=", "0510;0570", "750"),
     ("98*38=", "4273", "3724"),
+    ("85+63+51+26=", "841;991;522", "225"),
+    ("30+04-02+01-05=", "430;230;330;820", "28"),
 ])
 def test_solution_format(question, solution, answer):
     row = PromptRow(0, question, answer, "arith")
@@ -119,6 +121,27 @@ def test_config_level_weights_reach_both_pools():
     config.data.arith_level_weights = (0, 0, 0, 0, 0, 0, 0, 1)  # only two-digit products
     train, evals = rows_from_config(validate(config))
     assert {row.difficulty for row in train} == {row.difficulty for row in evals["synthetic"]} == {7}
-    config.data.arith_level_weights = (1, 2)
-    with pytest.raises(ConfigError, match=r"data.arith_level_weights: need one weight per level \(8"):
+    config.data.arith_level_weights = (0, 1)  # levels past the tuple weigh 0: only a-b
+    train, _ = rows_from_config(validate(config))
+    assert {row.difficulty for row in train} == {1}
+    config.data.arith_level_weights = (1,) * (len(arith.LEVELS) + 1)
+    with pytest.raises(ConfigError, match=r"data.arith_level_weights: at most one weight per level \(levels 0-12\)"):
         validate(config)
+
+
+def test_worked_chains_grow_with_the_level_and_fit_the_worked_config():
+    from experiments import arith_worked
+
+    weights = arith.level_weights(arith_worked.WORKED_LEVEL_WEIGHTS)
+    train, heldout = arith.make_arith_pools(3000, 600, seed=5, level_weights=weights)
+    longest: dict[int, int] = collections.defaultdict(int)
+    for row in train + heldout:
+        solution = arith.solution_text(row)
+        assert arith_grader.is_correct(solution, row.ground_truth)
+        assert min(arith.running_totals(row.question)) >= 0
+        assert len(row.question) <= arith_worked.MAX_PROMPT_LENGTH
+        assert len(solution) + 1 <= arith_worked.MAX_NEW_TOKENS  # + EOS
+        longest[row.difficulty] = max(longest[row.difficulty], len(solution))
+    # one three-digit total and a separator per operation after the first
+    assert [longest[level] for level in (8, 9, 10, 11, 12)] == [11, 15, 19, 27, 35]
+    assert max(len(row.question) for row in train if row.difficulty == 12) == arith_worked.MAX_PROMPT_LENGTH

@@ -53,11 +53,11 @@ BAD_CASES = [
     ("train.warmstart_validation_rows", 0),
     ("train.warmstart_validation_samples", 0),
     ("train.warmstart_cache_dir", None),
-    ("train.warmstart_levels", (0, 9)),
+    ("train.warmstart_levels", (0, 13)),
     ("train.warmstart_levels", (1, 1)),
     ("train.warmstart_levels", ("0",)),
     ("train.warmstart_band_levels", (8,)),
-    ("train.warmstart_level_weights", (1, 1)),  # one weight per level
+    ("train.warmstart_level_weights", (1,) * 14),  # at most one weight per level
 ]
 
 

@@ -42,7 +42,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.data.arith_num_train = 3000
     c.data.arith_num_heldout = 600
     c.data.arith_seed = 1234
-    c.data.arith_level_weights = ()  # one weight per arithmetic level (data/arith.py LEVELS); (): the default mix
+    c.data.arith_level_weights = ()  # weights of arithmetic levels 0, 1, ... (data/arith.py LEVELS; later ones weigh 0); (): the default mix
     c.data.reward_shaping = "binary"
     c.data.grading_timeout_s = 2.0
     c.data.grading_workers = 1

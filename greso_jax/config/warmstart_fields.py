@@ -56,7 +56,7 @@ def _validate_warmstart_band(train: ml_collections.ConfigDict, data: ml_collecti
 
 def _validate_warmstart_levels(train: ml_collections.ConfigDict, data: ml_collections.ConfigDict) -> None:
     """Level choices are arithmetic only and must leave rows to teach or check (taught, and in the pool)."""
-    in_pool = [v for v in arith.LEVELS if not data.arith_level_weights or data.arith_level_weights[v] > 0]
+    in_pool = [v for v, weight in arith.level_weights(data.arith_level_weights).items() if weight > 0]
     taught = {v for v in (train.warmstart_levels or arith.LEVELS) if v in in_pool}
     drawn = {v for v, w in enumerate(train.warmstart_level_weights) if w > 0}
     band = set(train.warmstart_band_levels)

@@ -44,10 +44,18 @@ LEVELS: dict[int, Level] = {
     5: Level("a*b", (2, 1), "medium"),
     6: Level("(a+b)*c", (2, 2, 1), "hard"),
     7: Level("a*b", (2, 2), "hard"),
+    # Worked chains: one running total per operation, so a response runs to tens of tokens and its
+    # length grows with the level; a slip anywhere in the chain is carried to the answer, so
+    # accuracy falls with length and the levels span mastered to out of reach.
+    8: Level("a+b+c+d", (2,) * 4, "medium"),
+    9: Level("a+b-c+d-e", (2,) * 5, "medium"),
+    10: Level("a+b+c-d+e+f", (2,) * 6, "medium"),
+    11: Level("a+b-c+d+e-f+g+h", (2,) * 8, "hard"),
+    12: Level("a+b+c-d+e+f-g+h+i-j", (2,) * 10, "hard"),
 }
 # Weighted towards shapes the tiny model learns within its warm start (a+b, a-b, a*b with a
 # one-digit factor), so that RL starts from partial competence; the hard shapes supply the
-# all-wrong groups. No shape is longer than 10 prompt + 10 response tokens.
+# all-wrong groups. No shape of this mix is longer than 10 prompt + 10 response tokens.
 DEFAULT_LEVEL_WEIGHTS: dict[int, float] = {0: 0.3, 1: 0.2, 2: 0.05, 3: 0.1, 4: 0.05, 5: 0.15, 6: 0.05, 7: 0.1}
 
 
@@ -64,21 +72,21 @@ def check_level_weights(weights) -> str | None:
     """Why `weights` (data.arith_level_weights) is invalid, or None."""
     if not weights:
         return None
-    if len(weights) != len(LEVELS):
-        return f"need one weight per level ({len(LEVELS)} levels) or none"
+    if len(weights) > len(LEVELS):
+        return f"at most one weight per level (levels 0-{len(LEVELS) - 1}), got {len(weights)}"
     if any(not isinstance(w, (int, float)) or isinstance(w, bool) or w < 0 for w in weights) or sum(weights) <= 0:
         return "weights must be non-negative numbers with a positive sum"
     return None
 
 
 def level_weights(weights_by_level) -> dict[int, float]:
-    """data.arith_level_weights (one weight per level, in level order; empty: the default mix) as
-    {level: weight} for `make_arith_pools`."""
+    """data.arith_level_weights (weights of levels 0, 1, ... in order; levels past the end weigh 0;
+    empty: the default mix) as {level: weight} for `make_arith_pools`."""
     weights = [float(w) for w in weights_by_level]
     if not weights:
         return dict(DEFAULT_LEVEL_WEIGHTS)
-    if len(weights) != len(LEVELS):
-        raise ValueError(f"data.arith_level_weights: need {len(LEVELS)} weights (levels 0-{len(LEVELS) - 1}), "
+    if len(weights) > len(LEVELS):
+        raise ValueError(f"data.arith_level_weights: at most {len(LEVELS)} weights (levels 0-{len(LEVELS) - 1}), "
                          f"got {len(weights)}")
     return dict(enumerate(weights))
 

@@ -194,7 +194,8 @@ def build_policy(config, tokenizer, train_rows, workdir: str, mesh, log=print, r
         row_weights = None
         if t.warmstart_level_weights:  # each level's share of the supervised draws, its rows alike within it
             counts = collections.Counter(row.difficulty for row in supervised)
-            row_weights = np.array([t.warmstart_level_weights[row.difficulty] / counts[row.difficulty]
+            shares = arith.level_weights(t.warmstart_level_weights)
+            row_weights = np.array([shares.get(row.difficulty, 0.0) / counts[row.difficulty]
                                     for row in supervised])
             row_weights /= row_weights.sum()
         pairs = [(tokenizer.encode(format_prompt(row, config.data.prompt_template, tokenizer)),
