@@ -70,11 +70,20 @@ def test_level_weights_are_the_difficulty_knob():
     ("19*4=", "670", "76"),
     ("(64+86)*5=", "0510;0570", "750"),
     ("98*38=", "4273", "3724"),
-    ("85+63+51+26=", "841;991;522", "225"),
-    ("30+04-02+01-05=", "430;230;330;820", "28"),
 ])
 def test_solution_format(question, solution, answer):
     row = PromptRow(0, question, answer, "arith")
+    assert arith.solution_text(row) == solution
+    assert str(arith.running_totals(question)[-1]) == answer
+    assert arith_grader.is_correct(solution, answer)
+
+
+@pytest.mark.parametrize("question,level,solution,answer", [
+    ("085+063+051+026=", 8, "841;991;522", "225"),
+    ("030+004-002+001-005=", 9, "430;230;330;820", "28"),
+])
+def test_worked_chain_format(question, level, solution, answer):
+    row = PromptRow(0, question, answer, "arith", difficulty=level)
     assert arith.solution_text(row) == solution
     assert str(arith.running_totals(question)[-1]) == answer
     assert arith_grader.is_correct(solution, answer)
@@ -142,6 +151,9 @@ def test_worked_chains_grow_with_the_level_and_fit_the_worked_config():
         assert len(row.question) <= arith_worked.MAX_PROMPT_LENGTH
         assert len(solution) + 1 <= arith_worked.MAX_NEW_TOKENS  # + EOS
         longest[row.difficulty] = max(longest[row.difficulty], len(solution))
+        if arith.LEVELS[row.difficulty].aligned:  # operands and totals share one stride
+            operands = row.question[:-1].replace("-", "+").split("+")
+            assert {len(o) for o in operands} == {len(t) for t in solution.split(";")} == {3}
     # one three-digit total and a separator per operation after the first
     assert [longest[level] for level in (8, 9, 10, 11, 12)] == [11, 15, 19, 27, 35]
     assert max(len(row.question) for row in train if row.difficulty == 12) == arith_worked.MAX_PROMPT_LENGTH

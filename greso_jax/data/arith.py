@@ -9,6 +9,12 @@ Format, chosen so that every output digit depends on few, aligned input digits:
   "47+85-29=" → totals 132, 103 → "231;301";
 - every running total is non-negative;
 - ground truth: the answer in ordinary decimal ("103").
+
+The worked chains (levels 8-12) write every operand as wide as the totals ("085+063+051+026="),
+so a prompt's operands and the response's totals share one stride: the digit a total adds sits
+at the same distance back from it for every operation of the chain. Written at their own width
+(three characters an operand against four a total) the tiny model did not learn the chains
+(experiments/results/2026-12-02-worked-regime.md).
 """
 
 from __future__ import annotations
@@ -30,8 +36,19 @@ class Level:
     """A problem shape. `pattern` uses one letter per operand and the operators + - * ( )."""
 
     pattern: str
-    widths: tuple[int, ...]  # zero-padded digits of each operand, in order
+    widths: tuple[int, ...]  # digits of each operand's value, in order
     band: str  # "easy" / "medium" / "hard": the expected difficulty for the tiny model
+    aligned: bool = False  # operands zero-padded to the totals' width (else to their own)
+
+    @property
+    def total_width(self) -> int:
+        """Digits of the largest running total the shape allows: every total is padded to it."""
+        letters = iter(str(10 ** w - 1) for w in self.widths)
+        return answer_width("".join(next(letters) if ch.isalpha() else ch for ch in self.pattern) + "=")
+
+    def written_widths(self) -> tuple[int, ...]:
+        """The zero-padded digits each operand is written with."""
+        return tuple(self.total_width for _ in self.widths) if self.aligned else self.widths
 
 
 # level → shape; the level number is the row's `difficulty` label.
@@ -47,11 +64,11 @@ LEVELS: dict[int, Level] = {
     # Worked chains: one running total per operation, so a response runs to tens of tokens and its
     # length grows with the level; a slip anywhere in the chain is carried to the answer, so
     # accuracy falls with length and the levels span mastered to out of reach.
-    8: Level("a+b+c+d", (2,) * 4, "medium"),
-    9: Level("a+b-c+d-e", (2,) * 5, "medium"),
-    10: Level("a+b+c-d+e+f", (2,) * 6, "medium"),
-    11: Level("a+b-c+d+e-f+g+h", (2,) * 8, "hard"),
-    12: Level("a+b+c-d+e+f-g+h+i-j", (2,) * 10, "hard"),
+    8: Level("a+b+c+d", (2,) * 4, "medium", aligned=True),
+    9: Level("a+b-c+d-e", (2,) * 5, "medium", aligned=True),
+    10: Level("a+b+c-d+e+f", (2,) * 6, "medium", aligned=True),
+    11: Level("a+b-c+d+e-f+g+h", (2,) * 8, "hard", aligned=True),
+    12: Level("a+b+c-d+e+f-g+h+i-j", (2,) * 10, "hard", aligned=True),
 }
 # Weighted towards shapes the tiny model learns within its warm start (a+b, a-b, a*b with a
 # one-digit factor), so that RL starts from partial competence; the hard shapes supply the
@@ -175,7 +192,9 @@ def solution_text(row: PromptRow) -> str:
     totals = running_totals(row.question)
     if min(totals) < 0:
         raise ValueError(f"arith: {row.question!r} has a negative running total")
-    width = answer_width(row.question)
+    # An aligned level's padded operands would overstate the bound: its width comes from the shape.
+    level = LEVELS.get(row.difficulty)
+    width = level.total_width if level is not None and level.aligned else answer_width(row.question)
     return TOTAL_SEPARATOR.join(str(t).zfill(width)[::-1] for t in totals)
 
 
@@ -202,7 +221,7 @@ def make_problem(rng: np.random.Generator, level: int) -> str:
     """One prompt of the given level, e.g. "47+85-29="."""
     shape = LEVELS[level]
     values = iter(_operands(rng, shape))
-    widths = iter(shape.widths)
+    widths = iter(shape.written_widths())
     return "".join(str(next(values)).zfill(next(widths)) if ch.isalpha() else ch for ch in shape.pattern) + "="
 
 
