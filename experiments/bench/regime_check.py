@@ -8,6 +8,11 @@
 - an epoch spans >= 20 of the baseline's steps and the run >= 10 epochs, so a selector has history;
 - the baseline's held-out accuracy still rises over the run's last quarter.
 
+Beside them, what caps the rollout share on the machine the runs ran on: a response's rollout
+time and a trained row's update time (outside compilation), their ratio, and the zero-variance
+share at which Dynamic Sampling's rollout would reach 70% of its step at that ratio (it rolls out
+1 / (1 - zero-variance share) responses per trained row).
+
   python experiments/bench/regime_check.py --run vanilla=ROOT/vanilla/seed0 --run ds_fixed=ROOT/ds_fixed/seed0
 
 Each --run is LABEL=WORKDIR; the last one labelled ds_fixed (else the last one) is the baseline.
@@ -22,7 +27,7 @@ import sys
 import numpy as np
 from absl import app, flags
 
-from greso_jax.run.run_stats import number, run_stats
+from greso_jax.run.run_stats import number, run_stats, step_total
 
 _RUNS = flags.DEFINE_multi_string("run", [], "LABEL=WORKDIR of a finished run (its metrics.jsonl)")
 _LATE = flags.DEFINE_float("late", 0.5, "the share of the run, from its end, whose zero-variance rate counts")
@@ -38,7 +43,7 @@ def read_records(workdir: str) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def regime_numbers(records: list[dict], late: float) -> dict[str, float]:
+def regime_numbers(records: list[dict], late: float, group_size: int) -> dict[str, float]:
     """The regime's criteria measured on one run."""
     stats = run_stats(records)
     steps = [r for r in records if r.get("step", 0) > 0]
@@ -60,7 +65,20 @@ def regime_numbers(records: list[dict], late: float) -> dict[str, float]:
         "accuracy_start": stats["accuracy_start"], "accuracy_final": stats["accuracy_final"],
         "accuracy_last_quarter_gain": quarter[-1] - quarter[0] if len(quarter) > 1 else float("nan"),
         "responses": stats["responses"], "total_s": stats["total_s"],
+        **cost_ratio(records, stats, group_size),
     }
+
+
+def cost_ratio(records: list[dict], stats: dict, group_size: int) -> dict[str, float]:
+    """µs of rollout per response and of update per trained row, and the zero-variance share at
+    which a Dynamic Sampling step (1 / (1 - share) responses per trained row) is 70% rollout."""
+    rows = step_total(records, "train/groups") * group_size
+    per_response = stats["rollout_s"] / stats["responses"] * 1e6 if stats["responses"] else float("nan")
+    per_row = stats["update_s"] / rows * 1e6 if rows else float("nan")
+    ratio = per_row / per_response
+    responses_per_row = ROLLOUT_SHARE / (1 - ROLLOUT_SHARE) * ratio
+    return {"rollout_us_per_response": per_response, "update_us_per_row": per_row, "update_over_rollout": ratio,
+            "zero_variance_for_70pct": 1 - 1 / responses_per_row if responses_per_row > 1 else 0.0}
 
 
 def verdicts(n: dict[str, float]) -> dict[str, bool]:
@@ -83,7 +101,9 @@ def main(argv):
         label, sep, workdir = spec.partition("=")
         if not sep or not label or not workdir:
             raise app.UsageError(f"--run: expected LABEL=WORKDIR, got {spec!r}")
-        runs[label] = regime_numbers(read_records(workdir), _LATE.value)
+        with open(os.path.join(workdir, "config.json")) as f:
+            group_size = json.load(f)["rl"]["group_size"]
+        runs[label] = regime_numbers(read_records(workdir), _LATE.value, group_size)
     keys = list(next(iter(runs.values())))
     print("| run | " + " | ".join(keys) + " |")
     print("|---|" + "---|" * len(keys))
