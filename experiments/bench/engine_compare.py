@@ -1,0 +1,83 @@
+"""Strategies across rollout engines: runs of one task under several roots (e.g. passes with the padded
+update, stream with the length-bucketed one), each root's runs named VARIANT@LABEL, paired per seed
+against a baseline run of any root, with the claim table of claim_report.py and the time each step
+costs in each engine.
+
+    python experiments/bench/engine_compare.py passes=ROOT_A stream=ROOT_B \
+        --baseline ds_fixed@passes --baseline ds_fixed@stream
+
+Every root is ROOT/VARIANT/seedS as compare_strategies.py writes it; the roots of one comparison
+must share their warm starts (the same seed's cache), or the pairing is not fair. One claim table is
+printed per --baseline: against the paper-faithful engine's DS, and engine for engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from experiments.bench.claim_report import claims, claims_table
+from greso_jax.run.run_stats import run_stats, step_total
+
+
+def read_runs(roots: dict[str, str]) -> dict[str, dict[int, list[dict]]]:
+    """{VARIANT@LABEL: {seed: records}} of every finished run (one with summary.json) under the roots."""
+    runs: dict[str, dict[int, list[dict]]] = {}
+    for label, root in roots.items():
+        for variant in sorted(os.listdir(root)):
+            folder = os.path.join(root, variant)
+            if variant == "warmstart" or not os.path.isdir(folder):
+                continue
+            for seed_dir in sorted(os.listdir(folder)):
+                workdir = os.path.join(folder, seed_dir)
+                if seed_dir.startswith("seed") and os.path.exists(os.path.join(workdir, "summary.json")):
+                    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+                        records = [json.loads(line) for line in f if line.strip()]
+                    runs.setdefault(f"{variant}@{label}", {})[int(seed_dir[4:])] = records
+    return runs
+
+
+def time_table(runs: dict[str, dict[int, list[dict]]]) -> str:
+    """Per run name: means over its seeds of the per-step seconds and the µs a response costs."""
+    lines = ["| run | seeds | final accuracy | responses | rollout s / step | update s / step | total s / step | "
+             "rollout share | rollout µs / response | aborted tokens | compile s |", "|---|" + "---|" * 10]
+    for name, seeds in runs.items():
+        stats = [run_stats(r) for r in seeds.values()]
+        steps = [max(x["step"] for x in r) for r in seeds.values()]
+
+        def mean(key, per_step=False):
+            return sum(s[key] / (n if per_step else 1) for s, n in zip(stats, steps)) / len(stats)
+
+        aborted = sum(step_total(r, "stream/aborted_tokens") for r in seeds.values()) / len(seeds)
+        lines.append(f"| {name} | {len(seeds)} | {mean('accuracy_final'):.3f} | {mean('responses'):,.0f} | "
+                     f"{mean('rollout_s', True):.3f} | {mean('update_s', True):.3f} | {mean('total_s', True):.3f} | "
+                     f"{mean('rollout_share'):.2f} | {1e6 * mean('rollout_s') / mean('responses'):.0f} | "
+                     f"{aborted:,.0f} | {mean('compile_s'):.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("roots", nargs="+", help="LABEL=ROOT")
+    parser.add_argument("--baseline", action="append", required=True, help="VARIANT@LABEL to pair against")
+    args = parser.parse_args(argv)
+    roots = {}
+    for spec in args.roots:
+        label, sep, root = spec.partition("=")
+        if not sep or not label or not os.path.isdir(root):
+            parser.error(f"roots: expected LABEL=ROOT with an existing ROOT, got {spec!r}")
+        roots[label] = root
+    runs = read_runs(roots)
+    for baseline in args.baseline:
+        if baseline not in runs:
+            parser.error(f"--baseline: no finished runs named {baseline!r} (have: {', '.join(runs) or 'none'})")
+    print(time_table(runs))
+    for baseline in args.baseline:
+        print()
+        print(claims_table(claims(runs, baseline), baseline))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
