@@ -91,22 +91,36 @@ def test_two_processes_match_one_process_and_resume_on_one(tmp_path, warm_policy
 
 
 @pytest.mark.slow
-def test_two_processes_stream_their_shards_and_agree(tmp_path, warm_policy):
+def test_two_processes_stream_their_shards_agree_and_resume_exactly(tmp_path, warm_policy):
     """Stream mode on 2 processes: each host streams its own shard through its lanes, the hosts
     exchange finished groups every decode chunk, and the selector check (every step) finds them
-    identical; host 0 observes more groups than it admitted (the other host's)."""
+    identical; host 0 observes more groups than it admitted (the other host's). Resumed from step 2
+    (every host's shard position and pending prompts saved), the run equals an uninterrupted one."""
     from greso_jax.run.records import read_metrics
 
-    work = tmp_path / "stream"
-    result, logs = _launch_two(work, f"--config={CONFIG}:dynamic_sampling,{warm_policy}", f"--workdir={work}",
-                               "--config.mesh.data=4", "--config.train.host_check_every_steps=1",
-                               "--config.selection.rollout_mode=stream", "--config.selection.stream_lanes=3",
-                               "--config.selection.stream_chunk_steps=2", "--config.train.num_steps=2")
-    assert result.returncode == 0, result.stderr[-3000:] + logs
-    records = read_metrics(str(work))[1:]
+    def launch(work, steps):
+        result, logs = _launch_two(work, f"--config={CONFIG}:dynamic_sampling,{warm_policy}", f"--workdir={work}",
+                                   "--config.mesh.data=4", "--config.train.host_check_every_steps=1",
+                                   "--config.selection.rollout_mode=stream", "--config.selection.stream_lanes=3",
+                                   "--config.selection.stream_chunk_steps=2", f"--config.train.num_steps={steps}")
+        assert result.returncode == 0, result.stderr[-3000:] + logs
+        return result.stdout + result.stderr
+
+    split, full = tmp_path / "stream", tmp_path / "full"
+    launch(split, 2)
+    records = read_metrics(str(split))[1:]
     assert [r["step"] for r in records] == [1, 2]
     assert all(r["selection/kept"] > r["stream/admitted"] > 0 for r in records)
     assert sum(r["train/groups"] for r in records) > 0
+    _, saved = _restore_final(str(split))
+    assert [state["shard"] for state in saved["meta"]["data_states"]] == [[0, 2], [1, 2]]
+    assert any(saved["meta"]["extras"]["stream_pending"]), "pending prompts must cross the resume"
+    assert "resumed from step 2" in launch(split, 3)
+    launch(full, 3)
+    kept = ("rollout/", "selection/", "actor/", "train/", "rewards/", "stream/")
+    for a, b in zip(read_metrics(str(full)), read_metrics(str(split)), strict=True):
+        assert {k: v for k, v in a.items() if k.startswith(kept) and k != "actor/lr"} == \
+            {k: v for k, v in b.items() if k.startswith(kept) and k != "actor/lr"}, a["step"]
 
 
 DIVERGENCE = textwrap.dedent(r"""

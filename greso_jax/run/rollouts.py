@@ -1,6 +1,7 @@
 """The trainer's rollouts in either mode (`selection.rollout_mode`): passes (`PassRollouts`, a sampler
 call per pass, graded on every host) or a stream (`StreamRollouts`, the lane engine behind the stream
-driver's `StreamBackend`), and the stream's carry as run state (`carry_to_json` / `carry_from_json`).
+driver's `StreamBackend`, its grading overlapped with decoding), and the stream's carry (carried
+groups, every host's pending prompts) as run state (`carry_to_json` / `carry_from_json`).
 
 Every random draw is keyed by the run's seed and the step: a pass by its call index, a stream lane by
 the prompt it holds and that prompt's occurrence in the step, so a resumed run draws what the
