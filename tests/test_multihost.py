@@ -147,13 +147,14 @@ DIVERGENCE = textwrap.dedent(r"""
 """)
 
 
-def test_divergence_check_fires_when_one_host_alters_its_selector(tmp_path):
+def _two_scripts(script: str) -> list[tuple[int, str, str]]:
+    """Runs `script` in two processes joined by jax.distributed; (exit code, stdout, stderr) of each."""
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    procs = [subprocess.Popen([sys.executable, "-c", DIVERGENCE, f"127.0.0.1:{port}", str(i)], env=_env(1),
+    procs = [subprocess.Popen([sys.executable, "-c", script, f"127.0.0.1:{port}", str(i)], env=_env(1),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
     outputs = []
     try:
@@ -163,6 +164,38 @@ def test_divergence_check_fires_when_one_host_alters_its_selector(tmp_path):
     finally:
         for p in procs:
             p.kill()
-    for code, out, err in outputs:
+    return outputs
+
+
+def test_divergence_check_fires_when_one_host_alters_its_selector():
+    for code, out, err in _two_scripts(DIVERGENCE):
         assert code == 0, err[-2000:]
         assert "DIVERGED: step 2: the selector state differs between hosts: host(s) [1]" in out
+
+
+EPOCHS = textwrap.dedent(r"""
+    import sys
+    import jax
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(coordinator_address=sys.argv[1], num_processes=2, process_id=int(sys.argv[2]))
+    from greso_jax.data import arith
+    from greso_jax.data.pipeline import PromptPipeline
+    from greso_jax.data.sources import load_source
+    from greso_jax.models.tokenizer import CharTokenizer
+    from greso_jax.parallel import multihost
+    rows = load_source(source="arith", arith_num_train=24, arith_num_heldout=8)
+    host = jax.process_index()
+    pipeline = PromptPipeline(rows, CharTokenizer(arith.ARITH_ALPHABET), template="plain", max_prompt_length=200,
+                              seed=0, shard_index=host, shard_count=2)
+    pipeline.next_prompts(11 + host)  # host 1 reads all 12 of its epoch-0 prompts, host 0 one fewer
+    print("EPOCHS", pipeline.epoch, pipeline.epoch_across_hosts(multihost.allgather))
+""")
+
+
+def test_streaming_hosts_agree_on_the_epoch():
+    """Hosts streaming their shards at their own pace stand in different epochs; the step opens with the
+    lowest, on every host."""
+    outputs = _two_scripts(EPOCHS)
+    for host, (code, out, err) in enumerate(outputs):
+        assert code == 0, err[-2000:]
+        assert f"EPOCHS {host} 0" in out, out

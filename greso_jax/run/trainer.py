@@ -92,7 +92,7 @@ class Trainer:
         self.timers.reset()
         self.skip_audit.begin_step()
         start, cpu_start = time.perf_counter(), time.process_time()
-        epoch = self.pipeline.epoch
+        epoch = self.pipeline.epoch_across_hosts(multihost.allgather) if self.stream else self.pipeline.epoch
         self.passes.begin_step(step)  # the skip audit samples in passes in either mode
         if self.stream is not None:
             self.stream.begin_step(step)
