@@ -91,22 +91,36 @@ def test_two_processes_match_one_process_and_resume_on_one(tmp_path, warm_policy
 
 
 @pytest.mark.slow
-def test_two_processes_stream_their_shards_and_agree(tmp_path, warm_policy):
+def test_two_processes_stream_their_shards_agree_and_resume_exactly(tmp_path, warm_policy):
     """Stream mode on 2 processes: each host streams its own shard through its lanes, the hosts
     exchange finished groups every decode chunk, and the selector check (every step) finds them
-    identical; host 0 observes more groups than it admitted (the other host's)."""
+    identical; host 0 observes more groups than it admitted (the other host's). Resumed from step 2
+    (every host's shard position and pending prompts saved), the run equals an uninterrupted one."""
     from greso_jax.run.records import read_metrics
 
-    work = tmp_path / "stream"
-    result, logs = _launch_two(work, f"--config={CONFIG}:dynamic_sampling,{warm_policy}", f"--workdir={work}",
-                               "--config.mesh.data=4", "--config.train.host_check_every_steps=1",
-                               "--config.selection.rollout_mode=stream", "--config.selection.stream_lanes=3",
-                               "--config.selection.stream_chunk_steps=2", "--config.train.num_steps=2")
-    assert result.returncode == 0, result.stderr[-3000:] + logs
-    records = read_metrics(str(work))[1:]
+    def launch(work, steps):
+        result, logs = _launch_two(work, f"--config={CONFIG}:dynamic_sampling,{warm_policy}", f"--workdir={work}",
+                                   "--config.mesh.data=4", "--config.train.host_check_every_steps=1",
+                                   "--config.selection.rollout_mode=stream", "--config.selection.stream_lanes=3",
+                                   "--config.selection.stream_chunk_steps=2", f"--config.train.num_steps={steps}")
+        assert result.returncode == 0, result.stderr[-3000:] + logs
+        return result.stdout + result.stderr
+
+    split, full = tmp_path / "stream", tmp_path / "full"
+    launch(split, 2)
+    records = read_metrics(str(split))[1:]
     assert [r["step"] for r in records] == [1, 2]
     assert all(r["selection/kept"] > r["stream/admitted"] > 0 for r in records)
     assert sum(r["train/groups"] for r in records) > 0
+    _, saved = _restore_final(str(split))
+    assert [state["shard"] for state in saved["meta"]["data_states"]] == [[0, 2], [1, 2]]
+    assert any(saved["meta"]["extras"]["stream_pending"]), "pending prompts must cross the resume"
+    assert "resumed from step 2" in launch(split, 3)
+    launch(full, 3)
+    kept = ("rollout/", "selection/", "actor/", "train/", "rewards/", "stream/")
+    for a, b in zip(read_metrics(str(full)), read_metrics(str(split)), strict=True):
+        assert {k: v for k, v in a.items() if k.startswith(kept) and k != "actor/lr"} == \
+            {k: v for k, v in b.items() if k.startswith(kept) and k != "actor/lr"}, a["step"]
 
 
 DIVERGENCE = textwrap.dedent(r"""
@@ -133,13 +147,14 @@ DIVERGENCE = textwrap.dedent(r"""
 """)
 
 
-def test_divergence_check_fires_when_one_host_alters_its_selector(tmp_path):
+def _two_scripts(script: str) -> list[tuple[int, str, str]]:
+    """Runs `script` in two processes joined by jax.distributed; (exit code, stdout, stderr) of each."""
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    procs = [subprocess.Popen([sys.executable, "-c", DIVERGENCE, f"127.0.0.1:{port}", str(i)], env=_env(1),
+    procs = [subprocess.Popen([sys.executable, "-c", script, f"127.0.0.1:{port}", str(i)], env=_env(1),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
     outputs = []
     try:
@@ -149,6 +164,38 @@ def test_divergence_check_fires_when_one_host_alters_its_selector(tmp_path):
     finally:
         for p in procs:
             p.kill()
-    for code, out, err in outputs:
+    return outputs
+
+
+def test_divergence_check_fires_when_one_host_alters_its_selector():
+    for code, out, err in _two_scripts(DIVERGENCE):
         assert code == 0, err[-2000:]
         assert "DIVERGED: step 2: the selector state differs between hosts: host(s) [1]" in out
+
+
+EPOCHS = textwrap.dedent(r"""
+    import sys
+    import jax
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(coordinator_address=sys.argv[1], num_processes=2, process_id=int(sys.argv[2]))
+    from greso_jax.data import arith
+    from greso_jax.data.pipeline import PromptPipeline
+    from greso_jax.data.sources import load_source
+    from greso_jax.models.tokenizer import CharTokenizer
+    from greso_jax.parallel import multihost
+    rows = load_source(source="arith", arith_num_train=24, arith_num_heldout=8)
+    host = jax.process_index()
+    pipeline = PromptPipeline(rows, CharTokenizer(arith.ARITH_ALPHABET), template="plain", max_prompt_length=200,
+                              seed=0, shard_index=host, shard_count=2)
+    pipeline.next_prompts(11 + host)  # host 1 reads all 12 of its epoch-0 prompts, host 0 one fewer
+    print("EPOCHS", pipeline.epoch, pipeline.epoch_across_hosts(multihost.allgather))
+""")
+
+
+def test_streaming_hosts_agree_on_the_epoch():
+    """Hosts streaming their shards at their own pace stand in different epochs; the step opens with the
+    lowest, on every host."""
+    outputs = _two_scripts(EPOCHS)
+    for host, (code, out, err) in enumerate(outputs):
+        assert code == 0, err[-2000:]
+        assert f"EPOCHS {host} 0" in out, out

@@ -1,10 +1,12 @@
 """The stream step driver (selection.stream) over real strategies, with a scripted lane backend whose
 prompts finish after a known number of decode chunks with known outcomes."""
 
+import collections
+
 import numpy as np
 import pytest
 
-from greso_jax.selection import Carry, LaneResult, PassConfig, PulledPrompts, make_selector, run_stream_step
+from greso_jax.selection import Aborted, Carry, LaneResult, PassConfig, PulledPrompts, make_selector, run_stream_step
 
 G = 4
 
@@ -55,8 +57,9 @@ class ScriptedLanes:
 
     def abort_all(self):
         tokens = sum(5 * G * e[3] for e in self.busy.values())
+        prompts = [tuple(self.busy[lane][:2]) for lane in sorted(self.busy)]
         self.busy.clear()
-        return tokens
+        return Aborted(prompts, len(prompts), tokens)
 
     def busy_share(self):
         return self.live / self.decoded if self.decoded else 0.0
@@ -146,3 +149,31 @@ def test_once_per_step_drops_repeats_in_the_stream():
                                 max_responses=10_000)
     assert sorted(g.prompt_id for g in result.rolled_out) == [0, 1, 2]
     assert result.metrics["selection/repeats_dropped"] == 6  # epochs two and three of the scripted stream
+
+
+@pytest.mark.parametrize("in_flight", ["abort", "carry"])
+def test_no_pulled_prompt_vanishes(in_flight):
+    """Every kept prompt pulled is rolled out or pending (aborted or never admitted, admitted first next
+    step); over the first epoch every prompt is rolled out, skipped or pending."""
+    selector, backend = _setup("greso", lanes=3, num_prompts=12)
+    pulled, skipped = collections.Counter(), set()
+
+    def pull(n):
+        got = backend.pull(n)
+        pulled.update(got.prompt_ids.tolist())
+        skipped.update(got.skipped_ids.tolist())
+        return got
+
+    carry, rolled, pending_seen = Carry(), collections.Counter(), 0
+    for step in range(1, 6):
+        pending_in = [p for p, _ in carry.pending]
+        result, carry = run_stream_step(selector, step, pull_prompts=pull, backend=backend, train_batch_size=2,
+                                        max_responses=10_000, in_flight=in_flight, carry=carry)
+        rolled.update(g.prompt_id for g in result.rolled_out)
+        admitted_first = backend.admitted[len(backend.admitted) - int(result.metrics["stream/admitted"]):]
+        assert admitted_first[:len(pending_in)] == pending_in  # data order: the pending enter first
+        pending_seen += len(carry.pending)
+        assert pulled == rolled + collections.Counter(p for p, _ in carry.pending), step
+        if backend.position >= 12:
+            assert set(rolled) | skipped | {p for p, _ in carry.pending} == set(range(12))
+    assert pending_seen > 0 and backend.position >= 12

@@ -1,8 +1,10 @@
-"""The trainer in stream mode: strategies train from a lane stream, carried groups are run state (a
-resumed run equals the uninterrupted one), AERO is refused."""
+"""The trainer in stream mode: strategies train from a lane stream, carried groups and pending prompts are
+run state (a resumed run equals the uninterrupted one), grading in the background (workers) gives the
+run grading at once (in-process) gives, AERO is refused."""
 
-import sys
+import json
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -47,20 +49,41 @@ def test_strategies_train_from_the_stream(tmp_path, strategy, warm_policy):
 
 
 @pytest.mark.slow
-def test_carry_resumes_exactly(tmp_path, warm_policy):
-    Trainer(_stream_config("dynamic_sampling", warm_policy, "carry", steps=4), str(tmp_path / "full"),
+@pytest.mark.parametrize("in_flight,resume_at", [("carry", 3), ("abort", 2)])  # steps that hand on both
+def test_stream_resumes_exactly(tmp_path, warm_policy, in_flight, resume_at):
+    Trainer(_stream_config("dynamic_sampling", warm_policy, in_flight, steps=4), str(tmp_path / "full"),
             log=lambda *a: None).run()
-    Trainer(_stream_config("dynamic_sampling", warm_policy, "carry", steps=2), str(tmp_path / "split"),
+    Trainer(_stream_config("dynamic_sampling", warm_policy, in_flight, steps=resume_at), str(tmp_path / "split"),
             log=lambda *a: None).run()
-    Trainer(_stream_config("dynamic_sampling", warm_policy, "carry", steps=4), str(tmp_path / "split"),
-            log=lambda *a: None).run()  # resumes from the step-2 checkpoint, carry included
+    Trainer(_stream_config("dynamic_sampling", warm_policy, in_flight, steps=4), str(tmp_path / "split"),
+            log=lambda *a: None).run()  # resumes from the last checkpoint, carry and pending prompts included
     full, split = read_metrics(str(tmp_path / "full")), read_metrics(str(tmp_path / "split"))
     assert [r["step"] for r in split] == [r["step"] for r in full] == list(range(5))
-    assert sum(r["stream/carried_groups"] for r in full[3:]) > 0, "a carried group must cross the resume"
-    assert full[2]["stream/carry_out_groups"] > 0
+    with open(tmp_path / "split" / "checkpoints" / str(resume_at) / "meta" / "metadata") as f:
+        saved = json.load(f)
+    assert saved["data_state"]["global_position"] % 24, "the resume must fall inside an epoch (24 prompts)"
+    assert saved["extras"]["stream_pending"][0], "pending prompts must be saved"
+    after = resume_at + 1
+    assert full[resume_at]["stream/pending_out"] == full[after]["stream/pending_in"] > 0, "pending must cross"
+    if in_flight == "carry":
+        assert full[resume_at]["stream/carry_out_groups"] > 0 and full[after]["stream/carried_groups"] > 0
     for a, b in zip(full, split):  # the split run also evaluated at its first run's last step
         drop = lambda r: {k: v for k, v in _deterministic(r).items() if not k.startswith("eval/")}  # noqa: E731
         assert drop(a) == drop(b), a["step"]
+
+
+@pytest.mark.slow
+def test_background_grading_gives_the_run_in_process_grading_gives(tmp_path, warm_policy):
+    runs = {}
+    for workers in (0, 2):  # 0: graded in the calling thread at submission; 2: in the pool's thread, overlapped
+        c = _stream_config("dynamic_sampling", warm_policy)
+        c.data.grading_workers = workers
+        Trainer(c, str(tmp_path / str(workers)), log=lambda *a: None).run()
+        runs[workers] = read_metrics(str(tmp_path / str(workers)))
+    assert len(runs[0]) == len(runs[2]) == 4
+    for a, b in zip(runs[0], runs[2]):
+        assert _deterministic(a) == _deterministic(b), a["step"]
+    assert sum(r["time/reward_hidden"] for r in runs[0][1:]) == 0.0  # nothing ran beside the main thread
 
 
 def test_aero_is_refused_in_stream_mode(tmp_path):

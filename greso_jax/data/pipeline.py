@@ -121,6 +121,13 @@ class PromptPipeline:
             return self._global_position // len(self.rows)
         return (self.shard_index + self._next_index * self.shard_count) // len(self.rows)
 
+    def epoch_across_hosts(self, allgather) -> int:
+        """The epoch every host opens a step with when each reads its shard at its own pace (stream
+        rollouts): the lowest of the hosts' `epoch`, the one not every host has finished (a strategy's
+        epoch-gated rules, GRESO's adapt_from_epoch, must not fire on one host only). `allgather(x [1])
+        -> [P, 1]`; one host: `epoch`."""
+        return int(np.asarray(allgather(np.array([self.epoch], np.int64))).min())
+
     @property
     def _shard_epoch(self) -> int:
         """Elements of one epoch on this shard (the last shard's may be one fewer)."""

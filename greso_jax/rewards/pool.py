@@ -37,6 +37,7 @@ class ScoreResult:
     num_timeouts: int  # items that hit their deadline (scored as wrong)
     num_crashes: int  # items whose worker died while grading them (scored as wrong)
     num_errors: int = 0  # items on which the grader raised (hostile text; scored as wrong)
+    seconds: float = 0.0  # wall time the scoring took, in whichever thread ran it (stream mode's hidden share)
 
 
 def _worker_main(conn, timeout_s: float, shaping: str, memory_limit_mb: int, grader) -> None:
@@ -139,6 +140,7 @@ class GradingPool:
     def score(self, responses: list[str], ground_truths: list[str], data_sources: list[str]) -> ScoreResult:
         """Grades every item; rewards float32 [N] and correct bool [N] in input order."""
         self._check_open()
+        start = time.perf_counter()
         n = len(responses)
         if len(ground_truths) != n or len(data_sources) != n:
             raise ValueError(f"GradingPool.score: {n} responses, {len(ground_truths)} ground truths, "
@@ -168,7 +170,7 @@ class GradingPool:
             elif math_items:
                 self._score_in_workers(math_items, record)
         return ScoreResult(rewards, correct, num_timeouts=counts["timeout"], num_crashes=counts["crash"],
-                           num_errors=counts["error"])
+                           num_errors=counts["error"], seconds=time.perf_counter() - start)
 
     def _score_in_workers(self, items: list[tuple[int, str, str]], record) -> None:
         by_index = {index: (index, response, gold) for index, response, gold in items}

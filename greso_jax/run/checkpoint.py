@@ -3,7 +3,7 @@
 A run keeps its checkpoints in `<workdir>/checkpoints/<step>/`. One checkpoint holds three
 items: `train_state` (parameters, optimiser state, update count: sharded jax arrays),
 `selector` (the selector's per-prompt history, NumPy) and `meta` (JSON: step, data-iterator
-state, cumulative counters, the config). Random keys are not stored: every key is derived
+state, every host's under multi-host, cumulative counters, the config). Random keys are not stored: every key is derived
 from (seed, step), so the step is enough.
 
 After a step is written, `manifest.json` in its folder records every file's size and SHA-256;
@@ -27,6 +27,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from greso_jax.core.files import sha256_of
+from greso_jax.parallel import multihost
 from flax import nnx
 
 TRAIN_STATE, SELECTOR, META = "train_state", "selector", "meta"
@@ -289,9 +290,14 @@ def save_run_state(checkpointer: Checkpointer, step: int, *, learner, selector, 
                    config, extras: dict | None = None) -> None:
     """Checkpoints a run at `step`: the learner's train state, the selector's history, and in the
     metadata the data-iterator position, the cumulative `counters`, the config and `extras` (JSON run
-    state of other pieces: the stream's carried groups)."""
+    state of other pieces: the stream's carried groups). Multi-host, every host's data-iterator state
+    too (`data_states`, in host order; process 0 writes the metadata): stream rollouts read each
+    shard at its own pace, so process 0's position does not give the others'."""
     meta = {"step": step, "data_state": pipeline.get_state(), "counters": counters,
             "config": json.loads(config.to_json_best_effort()), "extras": extras or {}}
+    if multihost.is_multihost():
+        text = np.frombuffer(json.dumps(meta["data_state"]).encode(), np.uint8)
+        meta["data_states"] = [json.loads(row.tobytes().decode()) for row in multihost.allgather_ragged(text)]
     checkpointer.save(step, train_state=learner.train_state(), selector_state=selector.state_dict(), meta=meta)
 
 
@@ -319,7 +325,8 @@ def restore_run_state(checkpointer: Checkpointer, *, learner, selector, pipeline
         return 0
     learner.load_train_state(restored["train_state"])
     selector.load_state_dict(restored["selector"])
-    pipeline.set_state(restored["meta"]["data_state"])
+    own = restored["meta"].get("data_states", [])  # each host's, when saved by as many hosts as resume
+    pipeline.set_state(own[jax.process_index()] if len(own) == jax.process_count() else restored["meta"]["data_state"])
     counters.update(restored["meta"]["counters"])
     if extras is not None:
         extras.update(restored["meta"].get("extras", {}))

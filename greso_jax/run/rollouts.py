@@ -1,6 +1,7 @@
 """The trainer's rollouts in either mode (`selection.rollout_mode`): passes (`PassRollouts`, a sampler
 call per pass, graded on every host) or a stream (`StreamRollouts`, the lane engine behind the stream
-driver's `StreamBackend`), and the stream's carry as run state (`carry_to_json` / `carry_from_json`).
+driver's `StreamBackend`, its grading overlapped with decoding), and the stream's carry (carried
+groups, every host's pending prompts) as run state (`carry_to_json` / `carry_from_json`).
 
 Every random draw is keyed by the run's seed and the step: a pass by its call index, a stream lane by
 the prompt it holds and that prompt's occurrence in the step, so a resumed run draws what the
@@ -10,7 +11,8 @@ uninterrupted one drew.
 from __future__ import annotations
 
 import base64
-from typing import Any
+import time
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -20,7 +22,7 @@ from greso_jax.parallel import multihost
 from greso_jax.rewards.pool import score_across_hosts
 from greso_jax.sampling import SampleOutput, generate_in_chunks
 from greso_jax.sampling.stream import LaneEngine
-from greso_jax.selection import Carry, Group, LaneResult, ScoredPass
+from greso_jax.selection import Aborted, Carry, Group, LaneResult, ScoredPass
 
 STREAM_KEY = 0x5354  # folded into the seed's key first, so lane keys never meet the passes' keys
 
@@ -78,6 +80,16 @@ class PassRollouts(_Grader):
         return ScoredPass(correct=correct, rewards=rewards, handle=out, num_tokens=int(np.sum(out.lengths)))
 
 
+class _Grading(NamedTuple):
+    """One chunk's finished lanes, submitted to the grading workers: held (prompt id, payload) and
+    outs (one-prompt SampleOutput) per lane, the pool's future, and the main thread's seconds on it so far."""
+
+    held: list
+    outs: list
+    future: Any
+    main_seconds: float
+
+
 class StreamRollouts(_Grader):
     """selection.rollout_mode = "stream": the lane engine as the stream driver's `StreamBackend`.
 
@@ -86,12 +98,20 @@ class StreamRollouts(_Grader):
     counts, so all of them observe, count and train on the same groups. A lane's prompt draws with
     `_lane_key` (seed, STREAM_KEY, step, prompt, occurrence in the step): its samples depend on the
     prompt and the step, not on the lane or when it entered.
+
+    A chunk's finished lanes are submitted to the grading workers and come back graded from the next
+    `advance`, after the next chunk decoded (`overlap_grading`: the grading runs meanwhile; False:
+    it is waited for at once). Either way a group is handed back at the same point of the stream, so
+    both give the same run; time/reward_graded is the pool's grading time, time/reward_hidden its
+    part that ran while the main thread was busy elsewhere.
     """
 
     def __init__(self, model, tokenizer, pool, timers, *, seed: int, lanes: int, num_samples: int,
                  prompt_length: int, max_new_tokens: int, chunk_steps: int, temperature: float, top_p: float,
-                 top_k: int, payload_of):
+                 top_k: int, payload_of, overlap_grading: bool = True):
         super().__init__(tokenizer, pool, timers)
+        self.overlap_grading = overlap_grading
+        self._grading: _Grading | None = None  # the last chunk's finished lanes, being graded
         self.payload_of = payload_of  # prompt id -> payload, for the groups other hosts streamed
         self.lanes, self.num_samples, self.seed = lanes, num_samples, seed
         self.engine = LaneEngine(model, lanes=lanes, num_samples=num_samples, prompt_length=prompt_length,
@@ -101,6 +121,8 @@ class StreamRollouts(_Grader):
         self.step, self.occurrences = 0, {}
 
     def begin_step(self, step: int) -> None:
+        if self._grading is not None:
+            raise RuntimeError("StreamRollouts.begin_step: the previous step left a chunk's grades uncollected")
         self.step, self.occurrences, self.failures = step, {}, 0
         if multihost.is_multihost():  # each host streams on its own device, with a copy of the parameters
             device = jax.local_devices()[0]
@@ -123,25 +145,45 @@ class StreamRollouts(_Grader):
         self.held[lane] = (prompt_id, payload)
 
     def in_flight(self) -> int:
-        return int(multihost.allgather(np.array([len(self.held)], np.int64)).sum())
+        grading = len(self._grading.held) if self._grading else 0
+        return int(multihost.allgather(np.array([len(self.held) + grading], np.int64)).sum())
 
     def advance(self) -> list[LaneResult]:
+        """Decodes a chunk, submits its finished lanes for grading, returns the previous chunk's graded."""
         with self.timers.timed("time/rollout"):
             self.engine.advance()
             finished = self.engine.finished()
             outs = [self.engine.collect(lane) for lane in finished]
         held = [self.held.pop(lane) for lane in finished]
-        g = self.num_samples
-        with self.timers.timed("time/reward"):  # the chunk's finished lanes in one call to the grading workers
-            texts = [self.tokenizer.decode(out.tokens[r, :out.lengths[r]]) for out in outs for r in range(g)]
-            scored = self.pool.score(texts, [payload["ground_truth"] for _, payload in held for _ in range(g)],
-                                     [payload["data_source"] for _, payload in held for _ in range(g)])
-        self.failures += scored.num_timeouts + scored.num_crashes
-        correct = np.asarray(scored.correct, bool).reshape(len(outs), g)
-        rewards = np.asarray(scored.rewards, np.float32).reshape(len(outs), g)
-        local = [LaneResult(prompt_id, payload, correct[i], rewards[i], out, int(np.sum(out.lengths)))
-                 for i, ((prompt_id, payload), out) in enumerate(zip(held, outs))]
+        previous, self._grading = self._grading, self._submit(held, outs) if outs else None
+        local = self._collect(previous) if previous else []
         return self._exchange(local) if multihost.is_multihost() else local
+
+    def _submit(self, held: list, outs: list) -> _Grading:
+        """The lanes' responses to the grading workers, in one call."""
+        g, start = self.num_samples, time.perf_counter()
+        with self.timers.timed("time/reward"):
+            texts = [self.tokenizer.decode(out.tokens[r, :out.lengths[r]]) for out in outs for r in range(g)]
+            future = self.pool.submit(texts, [payload["ground_truth"] for _, payload in held for _ in range(g)],
+                                      [payload["data_source"] for _, payload in held for _ in range(g)])
+            if not self.overlap_grading:
+                future.result()
+        return _Grading(held, outs, future, time.perf_counter() - start)
+
+    def _collect(self, grading: _Grading) -> list[LaneResult]:
+        """Waits for a submitted chunk's grades; its lanes as LaneResults, in lane order."""
+        start = time.perf_counter()
+        with self.timers.timed("time/reward"):
+            scored = grading.future.result()
+        main_seconds = grading.main_seconds + time.perf_counter() - start
+        self.timers.add("time/reward_graded", scored.seconds)
+        self.timers.add("time/reward_hidden", max(0.0, scored.seconds - main_seconds))
+        self.failures += scored.num_timeouts + scored.num_crashes
+        n, g = len(grading.outs), self.num_samples
+        correct = np.asarray(scored.correct, bool).reshape(n, g)
+        rewards = np.asarray(scored.rewards, np.float32).reshape(n, g)
+        return [LaneResult(prompt_id, payload, correct[i], rewards[i], out, int(np.sum(out.lengths)))
+                for i, ((prompt_id, payload), out) in enumerate(zip(grading.held, grading.outs))]
 
     def _exchange(self, local: list[LaneResult]) -> list[LaneResult]:
         """Every host's finished lanes on every host, host by host (each host grades its own lanes)."""
@@ -173,10 +215,11 @@ class StreamRollouts(_Grader):
                                           int(out.lengths.sum())))
         return results
 
-    def abort_all(self) -> int:
-        tokens = sum(self.engine.abort(lane) for lane in list(self.held))
-        self.held.clear()
-        return int(multihost.allgather(np.array([tokens], np.int64)).sum())
+    def abort_all(self) -> Aborted:
+        lanes = sorted(self.held)
+        tokens = sum(self.engine.abort(lane) for lane in lanes)
+        count, tokens = multihost.allgather(np.array([len(lanes), tokens], np.int64)).sum(0)
+        return Aborted([self.held.pop(lane) for lane in lanes], int(count), int(tokens))
 
     def busy_share(self) -> float:
         e = self.engine
@@ -193,8 +236,10 @@ def _decode(blob: dict) -> np.ndarray:
     return np.frombuffer(base64.b64decode(blob["data"]), np.dtype(blob["dtype"])).reshape(blob["shape"]).copy()
 
 
-def carry_to_json(carry: Carry) -> list[dict]:
-    """The carried groups and their lanes' outputs, exactly (arrays as raw bytes), for the checkpoint's metadata."""
+def carry_to_json(carry: Carry) -> dict:
+    """The checkpoint's `extras` for the stream: stream_carry, the carried groups and their lanes' outputs,
+    exactly (arrays as raw bytes); stream_pending, every host's pending prompt ids (one list per host)."""
+    pending = np.array([prompt_id for prompt_id, _ in carry.pending], np.int64)
     rows = []
     for group, out in zip(carry.groups, carry.handles):
         rows.append({"prompt_id": group.prompt_id, "baseline_scale": _encode(np.array([group.baseline, group.scale])),
@@ -203,13 +248,19 @@ def carry_to_json(carry: Carry) -> list[dict]:
                      **{name: _encode(getattr(out, name)) for name in ("tokens", "logprobs", "lengths", "truncated")},
                      "prompt": list(out.prompts[0]), "num_samples": out.num_samples,
                      "shape": [out.prompt_rows, out.rows, out.prompt_length, out.kv_cache_bytes]})
-    return rows
+    by_host = multihost.allgather_ragged(pending) if multihost.is_multihost() else [pending]
+    return {"stream_carry": rows, "stream_pending": [host.tolist() for host in by_host]}
 
 
-def carry_from_json(rows: list[dict], payload_of) -> Carry:
-    """Inverse of `carry_to_json`; payload_of(prompt id) gives a group's payload (the pipeline's element)."""
-    carry = Carry()
-    for row in rows:
+def carry_from_json(extras: dict, payload_of) -> Carry:
+    """Inverse of `carry_to_json` (empty extras: an empty carry); payload_of(prompt id) gives a prompt's
+    payload (the pipeline's element). Saved under another host count, the pending prompts of all hosts
+    are dealt out in turn."""
+    pending = extras.get("stream_pending", [])
+    hosts, me = jax.process_count(), jax.process_index()
+    mine = pending[me] if len(pending) == hosts else [p for host in pending for p in host][me::hosts]
+    carry = Carry(pending=[(int(p), payload_of(int(p))) for p in mine])
+    for row in extras.get("stream_carry", []):
         carry.groups.append(Group(prompt_id=int(row["prompt_id"]), payload=payload_of(int(row["prompt_id"])),
                                   response_refs=_decode(row["response_refs"]), rewards=_decode(row["rewards"]),
                                   correct=_decode(row["correct"]), loss_mask=_decode(row["loss_mask"]),

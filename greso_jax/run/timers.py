@@ -52,6 +52,10 @@ class SectionTimers:
     def reset(self) -> None:
         self.seconds = {}
 
+    def add(self, name: str, seconds: float) -> None:
+        """Adds seconds measured elsewhere (another thread's work) to `name`."""
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+
     @contextlib.contextmanager
     def timed(self, name: str):
         start, compiling, cpu_start = time.perf_counter(), compile_seconds(), time.process_time()

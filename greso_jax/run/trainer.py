@@ -92,7 +92,7 @@ class Trainer:
         self.timers.reset()
         self.skip_audit.begin_step()
         start, cpu_start = time.perf_counter(), time.process_time()
-        epoch = self.pipeline.epoch
+        epoch = self.pipeline.epoch_across_hosts(multihost.allgather) if self.stream else self.pipeline.epoch
         self.passes.begin_step(step)  # the skip audit samples in passes in either mode
         if self.stream is not None:
             self.stream.begin_step(step)
@@ -190,7 +190,7 @@ class Trainer:
         start_step = restore_run_state(self.checkpointer, learner=self.learner, selector=self.selector,
                                        pipeline=self.pipeline, counters=self.counters, step=self.run_dir.start_step,
                                        fall_back=self.run_dir.fall_back, extras=extras)
-        self.carry = carry_from_json(extras.get("stream_carry", []), self.pipeline.element)
+        self.carry = carry_from_json(extras, self.pipeline.element)
         if start_step:
             self.log(f"resumed from step {start_step} ({self.checkpointer.directory})")
         writer = MetricsWriter(self.workdir, enabled=self.is_main, resume_step=start_step or None, config=c)
@@ -242,7 +242,7 @@ class Trainer:
             if self.checkpointer.should_save(step, final or bool(stop)) and not metrics.get("actor/nonfinite_skipped"):
                 save_run_state(self.checkpointer, step, learner=self.learner, selector=self.selector,
                                pipeline=self.pipeline, counters=self.counters, config=c,
-                               extras={"stream_carry": carry_to_json(self.carry)})
+                               extras=carry_to_json(self.carry))
             if stop:
                 return preemption.stopped(stop, step, self.checkpointer.latest_step(), self.workdir)
         return None

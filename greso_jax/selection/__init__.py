@@ -17,7 +17,7 @@ from greso_jax.selection.registry import (ALIASES, STRATEGIES, VARIANTS, Variant
                                           make_selector, named_variants, register_strategy, register_variant,
                                           resolve_strategy, settings_of, training_strategies,
                                           training_strategy_names, variant)
-from greso_jax.selection.stream import Carry, LaneResult, StreamBackend, run_stream_step
+from greso_jax.selection.stream import Aborted, Carry, LaneResult, StreamBackend, run_stream_step
 from greso_jax.selection.settings import Ablation, PassConfig, StrategySettings
 from greso_jax.selection.sim import KnownRateSelector, OracleSelector
 from greso_jax.selection.strategies.aero import AeroSelector, AeroSettings
@@ -29,7 +29,7 @@ from greso_jax.selection.strategies.posterior import PosteriorSelector, Posterio
 from greso_jax.selection.strategies.vanilla import VanillaSelector
 
 __all__ = [
-    "ALIASES", "Ablation", "Carry", "LaneResult", "StreamBackend", "run_stream_step", "AeroSelector", "AeroSettings", "DynamicSamplingSelector", "DynamicSamplingSettings",
+    "ALIASES", "Ablation", "Aborted", "Carry", "LaneResult", "StreamBackend", "run_stream_step", "AeroSelector", "AeroSettings", "DynamicSamplingSelector", "DynamicSamplingSettings",
     "FilteringSelector", "Group", "GresoSelector", "GresoSettings", "KnownRateSelector", "MaxPassesReached",
     "MoppsSelector", "MoppsSettings", "OUTCOME_ALL_CORRECT", "OUTCOME_ALL_INCORRECT", "OUTCOME_MIXED",
     "OUTCOME_NONE", "OracleSelector", "PassConfig", "PassRequest", "PosteriorSelector", "PosteriorSettings",

@@ -5,9 +5,14 @@ ends), this driver keeps a fixed set of lanes busy: a lane whose G responses are
 strategy observes that group at once, and the lane takes the next prompt the strategy kept, the
 waiting prompts in the strategy's `admission_order`. The step's rollouts end once the batch holds
 train_batch_size usable groups (every host counts every host's groups, exchanged each decode chunk), at the response
-cap, or when the data runs out. What is still in flight then is aborted (its tokens reported as
-waste) or finished and carried, with the usable groups the batch had no room for, into the next
-step's batch (`Carry`: run state, checkpointed).
+cap, or when the data runs out. What is still decoding then is aborted (its tokens reported as
+waste, its prompts admitted again next step) or finished and carried, with the usable groups the
+batch had no room for, into the next step's batch; kept prompts that never entered a lane wait for
+the next step's first admissions (`Carry`: run state, checkpointed), so no pulled prompt is lost.
+
+A backend may hand a chunk's finished lanes back graded one `advance` later (its grading runs while
+the next chunk decodes): the driver counts and observes a group only once it comes back, and
+drains what is still being graded before the step's batch is picked.
 
 The strategy has no stream-specific code: it keeps (`should_keep`, through the pipeline), ranks
 (`admission_order`), observes (`observe_groups`), says which groups are usable and trains on
@@ -52,28 +57,41 @@ class StreamBackend(Protocol):
     def admit(self, prompt_id: int, payload: Any) -> None: ...
 
     def in_flight(self) -> int:
-        """Busy lanes over all hosts."""
+        """Lanes decoding or finished and not yet handed back graded, over all hosts."""
 
     def advance(self) -> list[LaneResult]:
-        """One decode chunk, then the lanes it finished on every host, graded (host by host, in lane
-        order): every host observes the same groups in the same order."""
+        """One decode chunk (none when no lane decodes), then finished lanes of every host, graded (host
+        by host, in lane order), at a point fixed by the chunk count, not by when grading ends: every
+        host observes the same groups in the same order."""
 
-    def abort_all(self) -> int:
-        """Frees every busy lane; returns the tokens they had generated (over all hosts)."""
-
+    def abort_all(self) -> "Aborted":
+        """Frees every lane still decoding (finished lanes still come back from `advance`)."""
 
     def busy_share(self) -> float:
         """Row-steps spent on live rows / row-steps decoded, over the step so far."""
 
 
 @dataclasses.dataclass
+class Aborted:
+    """What `abort_all` freed: prompts (this host's, (prompt id, payload) in lane order), and the lanes
+    and their generated tokens over all hosts."""
+
+    prompts: list[tuple[int, Any]]
+    lanes: int
+    tokens: int
+
+
+@dataclasses.dataclass
 class Carry:
-    """What a step hands to the next under stream_in_flight = "carry": usable groups it had no room
-    for (finished with this step's policy; their sampling log-probs are the next step's behaviour
-    policy), each with its lane's output, in the order they finished."""
+    """What a step hands to the next. groups: under stream_in_flight = "carry", usable groups it had
+    no room for (finished with this step's policy; their sampling log-probs are the next step's
+    behaviour policy), each with its lane's output, in the order they finished. pending: this host's
+    kept prompts (prompt id, payload) not rolled out (aborted, then never admitted), the next step's
+    first admissions."""
 
     groups: list[Group] = dataclasses.field(default_factory=list)
     handles: list[Any] = dataclasses.field(default_factory=list)
+    pending: list[tuple[int, Any]] = dataclasses.field(default_factory=list)
 
 
 def run_stream_step(selector: Selector, step: int, *, pull_prompts: PullFn, backend: StreamBackend,
@@ -96,9 +114,9 @@ def run_stream_step(selector: Selector, step: int, *, pull_prompts: PullFn, back
     carried = [_renumbered(g, i) for i, g in enumerate(carry.groups)]
     groups: list[Group] = []
     usable = sum(selector.usable(g) for g in carried)
-    waiting: list[tuple[int, Any]] = []
+    waiting = list(carry.pending)  # admitted before anything pulled this step (want is 0 until they are in)
     exhausted, responses, chunks, admitted, dropped = False, 0, 0, 0, 0
-    once, seen = selector.pass_config.once_per_step, set()
+    once, seen = selector.pass_config.once_per_step, {p for p, _ in waiting}
 
     def take(results: list[LaneResult]) -> None:
         nonlocal responses, usable
@@ -118,7 +136,7 @@ def run_stream_step(selector: Selector, step: int, *, pull_prompts: PullFn, back
         if usable >= train_batch_size or responses >= max_responses:
             break
         free = backend.free_lanes()
-        want = backend.lanes - len(waiting) if free and not exhausted else 0
+        want = max(0, backend.lanes - len(waiting)) if free and not exhausted else 0
         # Every host pulls every round (want may be 0): a multi-host pull gathers the skips of all.
         pulled = _pull(pull_prompts, want, selector)
         exhausted = exhausted or (want > 0 and pulled.prompt_ids.size == 0)
@@ -141,19 +159,13 @@ def run_stream_step(selector: Selector, step: int, *, pull_prompts: PullFn, back
         chunks += 1
 
     busy_share = backend.busy_share()
-    aborted_lanes = backend.in_flight()
-    aborted_tokens = 0
-    if in_flight == "abort":
-        aborted_tokens = backend.abort_all()
-    else:
-        while backend.in_flight():
-            take(backend.advance())
-        aborted_lanes = 0
-    # Pulled, kept, never admitted: not rolled out (counted below); the next step pulls afresh.
+    aborted = backend.abort_all() if in_flight == "abort" else Aborted([], 0, 0)
+    while backend.in_flight():  # carry: finish the lanes; either mode: collect the grades still out
+        take(backend.advance())
     everything = carried + groups
     batch = selector.finish_step(everything, train_batch_size)
     in_batch = {id(g) for g in batch}
-    next_carry = Carry()
+    next_carry = Carry(pending=aborted.prompts + waiting)
     if in_flight == "carry":
         for g in everything:
             if id(g) not in in_batch and selector.usable(g):
@@ -176,9 +188,11 @@ def run_stream_step(selector: Selector, step: int, *, pull_prompts: PullFn, back
         "stream/chunks": float(chunks),
         "stream/admitted": float(admitted),
         "stream/unadmitted": float(len(waiting)),
+        "stream/pending_in": float(len(carry.pending)),
+        "stream/pending_out": float(len(next_carry.pending)),
         "stream/lanes_busy_share": busy_share,
-        "stream/aborted_lanes": float(aborted_lanes),
-        "stream/aborted_tokens": float(aborted_tokens),
+        "stream/aborted_lanes": float(aborted.lanes),
+        "stream/aborted_tokens": float(aborted.tokens),
         "stream/carried_groups": float(carried_in_batch),
         "stream/carried_share": carried_in_batch / len(batch) if batch else 0.0,
         "stream/carry_out_groups": float(len(next_carry.groups)),
