@@ -14,6 +14,7 @@ def _write_run(workdir, accuracy_gain, rollout_s, responses_per_step):
     for step in range(1, 11):
         records.append({"step": step, "time/rollout": rollout_s, "time/update": 0.5, "time/step": rollout_s + 0.5,
                         "rollout/num_responses": responses_per_step * step, "train/groups": 4,
+                        "cpu/rollout": 2 * rollout_s, "cpu/update": 0.7, "cpu/step": 2 * rollout_s + 0.7,
                         **({"eval/accuracy": 0.4 + accuracy_gain * step / 10} if step % 5 == 0 else {})})
     with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in records)
@@ -39,6 +40,7 @@ def test_runs_of_two_roots_pair_against_each_baseline(tmp_path, capsys):
     assert "-0.010 [-0.010, -0.010]" in greso_rows[1]  # final accuracy: 0.09 below on both seeds
     # 4,000 responses in 4 s of rollout: 1,000 µs each; 0.4 of its 0.9 s steps
     assert "| 4,000 | 0.400 | 0.500 | 0.900 | 0.44 | 1000 |" in greso_rows[0]
+    assert greso_rows[0].endswith("| 0.800 | 0.700 | 1.500 |")  # CPU seconds a step
 
 
 def test_unknown_baseline_names_what_exists(tmp_path):

@@ -39,9 +39,11 @@ def read_runs(roots: dict[str, str]) -> dict[str, dict[int, list[dict]]]:
 
 
 def time_table(runs: dict[str, dict[int, list[dict]]]) -> str:
-    """Per run name: means over its seeds of the per-step seconds and the µs a response costs."""
+    """Per run name: means over its seeds of the per-step seconds (wall, outside compilation; and CPU) and the
+    µs a response costs."""
     lines = ["| run | seeds | final accuracy | responses | rollout s / step | update s / step | total s / step | "
-             "rollout share | rollout µs / response | aborted tokens | compile s |", "|---|" + "---|" * 10]
+             "rollout share | rollout µs / response | aborted tokens | compile s | rollout CPU s / step | "
+             "update CPU s / step | CPU s / step |", "|---|" + "---|" * 13]
     for name, seeds in runs.items():
         stats = [run_stats(r) for r in seeds.values()]
         steps = [max(x["step"] for x in r) for r in seeds.values()]
@@ -50,10 +52,14 @@ def time_table(runs: dict[str, dict[int, list[dict]]]) -> str:
             return sum(s[key] / (n if per_step else 1) for s, n in zip(stats, steps)) / len(stats)
 
         aborted = sum(step_total(r, "stream/aborted_tokens") for r in seeds.values()) / len(seeds)
+        # CPU seconds (compilation included) are what a shared machine's load does not stretch.
+        cpu = {key: sum(step_total(r, key) / n for r, n in zip(seeds.values(), steps)) / len(seeds)
+               for key in ("cpu/rollout", "cpu/update", "cpu/step")}
         lines.append(f"| {name} | {len(seeds)} | {mean('accuracy_final'):.3f} | {mean('responses'):,.0f} | "
                      f"{mean('rollout_s', True):.3f} | {mean('update_s', True):.3f} | {mean('total_s', True):.3f} | "
                      f"{mean('rollout_share'):.2f} | {1e6 * mean('rollout_s') / mean('responses'):.0f} | "
-                     f"{aborted:,.0f} | {mean('compile_s'):.1f} |")
+                     f"{aborted:,.0f} | {mean('compile_s'):.1f} | {cpu['cpu/rollout']:.3f} | {cpu['cpu/update']:.3f} | "
+                     f"{cpu['cpu/step']:.3f} |")
     return "\n".join(lines)
 
 
