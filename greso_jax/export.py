@@ -198,7 +198,9 @@ def main(argv: list[str] | None = None) -> int:
 def run() -> None:
     preemption.stop_at_once_on_sigterm()  # a scheduler's SIGTERM cleans up as Ctrl-C does
     try:
-        sys.exit(main())
+        code = main()
+        preemption.ignore_sigterm_from_now()
+        sys.exit(code)
     except KeyboardInterrupt as e:  # _export has removed what it wrote into --out
         print(f"export: {preemption.interrupted_line(e, 'nothing was kept in --out')}", file=sys.stderr)
         sys.exit(preemption.interrupted_exit_code(e))

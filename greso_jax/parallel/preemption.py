@@ -53,6 +53,12 @@ def stop_at_once_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, _raise_terminated)
 
 
+def ignore_sigterm_from_now() -> None:
+    """For a CLI whose work is done: a SIGTERM arriving while the interpreter shuts down would
+    otherwise raise inside atexit callbacks (jax's clean-up), printing tracebacks after the output."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def interrupted_exit_code(error: KeyboardInterrupt) -> int:
     return EXIT_CODES[signal.SIGTERM if isinstance(error, Terminated) else signal.SIGINT]
 

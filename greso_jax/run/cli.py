@@ -176,6 +176,7 @@ def run(main, *, user_errors: tuple[type[BaseException], ...] = ()) -> None:
             _quiet_background_errors()
         try:
             main(argv)
+            preemption.ignore_sigterm_from_now()  # done: exiting, and raising in atexit hooks prints tracebacks
         except preemption.Stopped as e:  # by a signal, at a safe point: where it stopped, how to resume
             print(one_line(e), file=sys.stderr)
             sys.exit(e.exit_code)
