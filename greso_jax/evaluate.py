@@ -286,8 +286,8 @@ def main(argv) -> None:
         pass_k = [int(k) for k in f.k] if f.k else None
     except ValueError:
         raise EvaluateError(f"--k: expected integers, got {','.join(f.k)}") from None
-    if f.output and os.path.isdir(f.output):  # found before the evaluation, not after it
-        raise EvaluateError(f"--output: {f.output} is a folder; name the JSON file to write")
+    if f.output:  # found before the evaluation, not after it
+        _check_output(f.output)
     from absl import logging
 
     logging.set_verbosity(logging.WARNING)  # orbax logs every checkpoint file it reads at INFO
@@ -298,10 +298,29 @@ def main(argv) -> None:
                        max_problems=f.max_problems, seed=f.seed, pass_k=pass_k)
     print(results_table(results))
     if f.output:
-        os.makedirs(os.path.dirname(os.path.abspath(f.output)), exist_ok=True)
-        with open(f.output, "w") as out:
-            json.dump(results, out, indent=2)
+        try:
+            with open(f.output, "w") as out:
+                json.dump(results, out, indent=2)
+        except OSError as e:  # a full disk: no partial file is left
+            if os.path.exists(f.output):
+                os.remove(f.output)
+            raise EvaluateError(f"--output: writing {f.output} failed ({e.strerror}); the results are "
+                                "printed above") from None
         print(f"wrote {f.output}")
+
+
+def _check_output(path: str) -> None:
+    """Raises EvaluateError unless `path` names a file that can be written: not a folder, in a
+    folder that exists (it is made) and takes writes (a read-only mount refuses root too)."""
+    if os.path.isdir(path):
+        raise EvaluateError(f"--output: {path} is a folder; name the JSON file to write")
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise EvaluateError(f"--output: cannot make the folder {folder} ({e.strerror})") from None
+    if not os.access(folder, os.W_OK):
+        raise EvaluateError(f"--output: {folder} does not take writes (read-only or not writable)")
 
 
 def run() -> None:

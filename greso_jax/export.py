@@ -23,6 +23,7 @@ import sys
 
 import ml_collections
 
+from greso_jax.parallel import preemption
 from greso_jax.run.checkpoint import CHECKPOINTS_FOLDER, CheckpointError, checkpoint_dir
 from greso_jax.run.run_dir import saved_step
 from greso_jax.config import DTYPES
@@ -35,6 +36,7 @@ CHAR_CHAT_TEMPLATE = "{% for m in messages %}{% if m['role'] != 'system' %}{{ m[
 
 
 _DISK_ERRNOS = {errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)}  # a full disk, a quota
+_REFUSED_ERRNOS = {errno.EROFS, errno.EACCES, errno.EPERM}  # a read-only mount (root's writes fail there too)
 
 
 class ExportError(ValueError):
@@ -185,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"export: {e}", file=sys.stderr)
         return 2
     except OSError as e:
-        if e.errno not in _DISK_ERRNOS:
+        if e.errno not in _DISK_ERRNOS | _REFUSED_ERRNOS:  # a full disk, a read-only mount
             raise
         print(f"export: writing {os.path.abspath(args.out)} failed ({e}); nothing was kept there", file=sys.stderr)
         return 2
@@ -194,7 +196,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run() -> None:
-    sys.exit(main())
+    preemption.stop_at_once_on_sigterm()  # a scheduler's SIGTERM cleans up as Ctrl-C does
+    try:
+        code = main()
+        preemption.ignore_sigterm_from_now()
+        sys.exit(code)
+    except KeyboardInterrupt as e:  # _export has removed what it wrote into --out
+        print(f"export: {preemption.interrupted_line(e, 'nothing was kept in --out')}", file=sys.stderr)
+        sys.exit(preemption.interrupted_exit_code(e))
 
 
 if __name__ == "__main__":

@@ -30,7 +30,22 @@ def main(argv) -> None:
 
     if os.path.exists(_WORKDIR.value) and not os.path.isdir(_WORKDIR.value):
         raise RunDirError(f"--workdir: {_WORKDIR.value} exists and is not a folder")
+    _check_writable(_WORKDIR.value)
     Trainer(_CONFIG.value, _WORKDIR.value).run()
+
+
+def _check_writable(workdir: str) -> None:
+    """RunDirError naming the folder when `workdir` (or, not made yet, its nearest existing parent)
+    takes no writes: a read-only mount refuses them to root as well, which chmod does not."""
+    from greso_jax.run.run_dir import RunDirError
+
+    folder = os.path.abspath(workdir)
+    while not os.path.exists(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    if os.path.isdir(folder) and not os.access(folder, os.W_OK):
+        made = "" if folder == os.path.abspath(workdir) else f" (where {workdir} would be made)"
+        raise RunDirError(f"--workdir: {folder}{made} does not take writes (a read-only file system or no "
+                          "permission); use a writable --workdir")
 
 
 def run() -> None:

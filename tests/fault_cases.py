@@ -21,6 +21,7 @@ import time
 from typing import Callable
 
 import fault_cases_lifecycle
+import fault_cases_outside
 import fault_checks as checks
 from fault_files import (all_files, break_header_json, damage_file, largest_file, overlap_first_layers, read_lines,
                          rewrite_safetensors_header, stale_lock, step_dir, write, write_jsonl, write_parquet)
@@ -369,6 +370,7 @@ def cases() -> list[Case]:
                         custom=grade_case(lambda canary, t=text: t.replace("{canary}", canary)), check=check_grade,
                         timeout=60))
     out += fault_cases_lifecycle.cases()  # signals, unverified steps, a workdir without checkpoints, ...
+    out += fault_cases_outside.cases()  # what the sweep of 2026-12-02 found: read-only mounts, a real full disk, ...
     for i, case in enumerate(out, start=1):
         case.number = i
     return out

@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Callable
 
-from fault_checks import expect_steps, verify_step
+from fault_checks import expect_steps, launches, verify_step
 from fault_files import step_dir
 from fault_harness import CONFIG, ENV, EVAL_FAST, Case, Ctx, Result, last_line, run_cli
 from greso_jax.core.files import sha256_of
@@ -143,6 +143,9 @@ def fell_back_from_2(why: str) -> Callable[[Ctx, Result], list[str]]:
             problems.append("did not resume from step 1")
         if not os.listdir(os.path.join(c.run, "damaged_checkpoints")):
             problems.append("step 2 not kept in damaged_checkpoints/")
+        last = launches(c.run)[-1]  # the launch record names the step resumed, not the damaged one
+        if last["step"] != 1 or os.path.exists(os.path.join(c.run, "configs", "2.json")):
+            problems.append(f"the launch record says step {last['step']} ({last['config']})")
         return problems
     return check
 

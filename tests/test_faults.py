@@ -337,3 +337,16 @@ def test_export_on_a_full_disk_is_one_line_and_leaves_no_partial_folder(run_copy
     line = result.stderr.strip().splitlines()[-1]
     assert line.startswith(f"export: writing {out} failed") and "File too large" in line, line
     assert not out.exists()
+
+
+def test_a_fall_back_after_the_launch_was_recorded_records_the_step_resumed(run_copy):
+    run = open_run_dir(str(run_copy), trainer_config.get_config(), log=lambda *a: None)
+    try:
+        assert run.start_step == 2
+        run.record_launch(run.config)
+        assert run.fall_back(2, "2/train_state: not finite") == 1
+    finally:
+        run.close()
+    launches = [json.loads(line) for line in (run_copy / "configs" / "launches.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in launches] == [0, 1] and launches[-1]["fell_back_from"] == [2]
+    assert launches[-1]["config"] == "configs/1.json" and not (run_copy / "configs" / "2.json").exists()

@@ -173,3 +173,16 @@ def test_sigterm_on_one_of_two_processes_stops_both_after_the_same_step_and_resu
         assert code == 0, err[-3000:]
     assert f"resumed from step {step}" in resumed[0][1]
     assert _rows(stopped) == _rows(whole)
+
+
+def test_the_resume_command_of_a_multi_host_stop_asks_for_a_fresh_coordinator_port(monkeypatch):
+    from greso_jax.parallel import preemption
+
+    for given in (["--coordinator_address=10.0.0.1:1234"], ["--coordinator_address", "10.0.0.1:1234"]):
+        monkeypatch.setattr(sys, "argv", ["train", "--config=x.py", *given, "--num_processes=2", "--process_id=1"])
+        line = str(preemption.stopped(signal.SIGTERM, 5, 5, "/w"))
+        assert "1234" not in line and "--coordinator_address=10.0.0.1:FREE_PORT --num_processes=2" in line, line
+        assert "not the one this run used" in line
+    monkeypatch.setattr(sys, "argv", ["train", "--config=x.py", "--workdir=/w"])
+    line = str(preemption.stopped(signal.SIGTERM, 5, 5, "/w"))
+    assert line.endswith("resume with: python -m greso_jax.train --config=x.py --workdir=/w"), line

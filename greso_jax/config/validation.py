@@ -185,6 +185,14 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     if (rl.mini_batch_size * rl.group_size) % rl.micro_batch_size:
         raise ConfigError(f"rl.micro_batch_size: {rl.micro_batch_size} must divide the responses of a "
                           f"mini-batch ({rl.mini_batch_size} x {rl.group_size})")
+    buckets = config.sampling.prompt_length_buckets
+    if buckets and max(buckets) < data.max_prompt_length:  # a kept prompt would find no bucket mid-run
+        raise ConfigError(f"sampling.prompt_length_buckets: the largest, {max(buckets)}, is below "
+                          f"data.max_prompt_length={data.max_prompt_length}; add a bucket >= "
+                          f"{data.max_prompt_length} or lower data.max_prompt_length")
+    if train.warmstart_cache_dir and os.path.exists(train.warmstart_cache_dir) and not os.path.isdir(
+            train.warmstart_cache_dir):
+        raise ConfigError(f"train.warmstart_cache_dir: {train.warmstart_cache_dir} exists and is not a folder")
     validate_warmstart_fields(train, data)
     if data.level_field and data.source == "arith":
         raise ConfigError("data.level_field: the arith source's prompts carry their own levels; leave it empty")

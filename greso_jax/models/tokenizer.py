@@ -66,7 +66,10 @@ class HFTokenizer:
         file = os.path.join(path, "tokenizer.json")
         if not os.path.exists(file):
             raise FileNotFoundError(f"{path}: no tokenizer.json")
-        self._tok = _Tokenizer.from_file(file)
+        try:
+            self._tok = _Tokenizer.from_file(file)
+        except Exception as e:  # noqa: BLE001 -- the tokenizers library raises a bare Exception for a bad file
+            raise _folder_error(f"{file}: not a readable tokenizer file ({' '.join(str(e).split())})") from None
         config = _read_json(os.path.join(path, "tokenizer_config.json"))
         generation = _read_json(os.path.join(path, "generation_config.json"))
         self.chat_template = config.get("chat_template")
@@ -143,4 +146,18 @@ def _read_json(path: str) -> dict:
     if not os.path.exists(path):
         return {}
     with open(path) as f:
-        return json.load(f)
+        try:
+            value = json.load(f)
+        except ValueError as e:
+            raise _folder_error(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise _folder_error(f"{path}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _folder_error(message: str) -> Exception:
+    """weights.ModelFolderError (a user error: one line), imported here only when one is raised: the
+    tokenizer module stays free of jax."""
+    from greso_jax.models.weights import ModelFolderError
+
+    return ModelFolderError(message)

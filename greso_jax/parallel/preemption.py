@@ -37,6 +37,37 @@ class Stopped(Exception):
         self.exit_code = exit_code
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM in a CLI without a safe point to stop at (evaluate, export): it stops at once, as
+    Ctrl-C does (the same cleanup runs), and exits 143."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    del signum, frame
+    raise Terminated()
+
+
+def stop_at_once_on_sigterm() -> None:
+    """SIGTERM raises Terminated (a KeyboardInterrupt) in the main thread: without it a scheduler's
+    SIGTERM ends evaluate or export with no message and no cleanup (a partial --out folder)."""
+    signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+def ignore_sigterm_from_now() -> None:
+    """For a CLI whose work is done: a SIGTERM arriving while the interpreter shuts down would
+    otherwise raise inside atexit callbacks (jax's clean-up), printing tracebacks after the output."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def interrupted_exit_code(error: KeyboardInterrupt) -> int:
+    return EXIT_CODES[signal.SIGTERM if isinstance(error, Terminated) else signal.SIGINT]
+
+
+def interrupted_line(error: KeyboardInterrupt, what: str) -> str:
+    """The one line of a CLI stopped at once by SIGTERM or Ctrl-C; `what` says what it left."""
+    return f"stopped by {'SIGTERM' if isinstance(error, Terminated) else 'SIGINT (Ctrl-C)'}: {what}"
+
+
 def _handle(signum, frame) -> None:
     del frame
     if signum == signal.SIGINT and signal.SIGINT in _received:
@@ -91,6 +122,27 @@ def stopped(signum: int, step: int, saved_step: int | None, workdir: str) -> Sto
     saved = (f"checkpoint of step {saved_step} written and verified" if saved_step == step else
              f"step {step} was not checkpointable; the newest checkpoint is step {saved_step}" if saved_step else
              "no checkpoint written")
-    command = shlex.join(["python", "-m", "greso_jax.train", *sys.argv[1:]])
+    args, coordinator = _without_port(sys.argv[1:])
+    command = shlex.join(["python", "-m", "greso_jax.train", *args])
+    if coordinator:  # the old port may be taken by now (or still held by a process being torn down)
+        command += (" (on every process, each with its own --process_id; FREE_PORT: a port free on "
+                    f"{coordinator}, not the one this run used)")
     return Stopped(f"stopped by {name} after step {step} ({saved}, in {workdir}); resume with: {command}",
                    EXIT_CODES[signum])
+
+
+def _without_port(args: list[str]) -> tuple[list[str], str]:
+    """`args` with --coordinator_address's port replaced by FREE_PORT, and that address's host (""
+    when the flag is not given)."""
+    out, host, i = [], "", 0
+    while i < len(args):
+        arg = args[i]
+        if arg.startswith("--coordinator_address"):
+            value = arg.partition("=")[2] if "=" in arg else (args[i + 1] if i + 1 < len(args) else "")
+            i += 1 if "=" in arg else 2
+            host = value.rpartition(":")[0] or value
+            out.append(f"--coordinator_address={host}:FREE_PORT")
+            continue
+        out.append(arg)
+        i += 1
+    return out, host

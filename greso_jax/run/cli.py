@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import re
-import signal
 import sys
 import threading
 import traceback
@@ -20,6 +20,8 @@ _VERBOSE = flags.DEFINE_bool("verbose", False, "Print the traceback of an error,
 
 USAGE_ERROR = 2
 _DISK_ERRNOS = {errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)}
+# What else the file system refuses (a read-only mount: root's writes fail there too); the message names the path.
+_REFUSED_ERRNOS = {errno.EROFS, errno.EACCES, errno.EPERM}
 
 
 def one_line(error: BaseException) -> str:
@@ -40,7 +42,8 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 def _is_user_error(error: BaseException, extra: tuple[type[BaseException], ...]) -> bool:
     if isinstance(error, (*_user_errors(), *extra)):
         return True
-    return isinstance(error, OSError) and error.errno in _DISK_ERRNOS  # a full disk: its message names the file
+    # a full disk, a read-only mount: the message names the file (OSError's own, or the writer's)
+    return isinstance(error, OSError) and error.errno in _DISK_ERRNOS | _REFUSED_ERRNOS
 
 
 def _fail(message: str, verbose: bool) -> None:
@@ -52,6 +55,9 @@ def _fail(message: str, verbose: bool) -> None:
         # interpreter exit. The main thread reports that failure here, so the error line stays the last.
         logging.getLogger("asyncio").disabled = True
         warnings.simplefilter("ignore")
+        # Writers that retry at exit (tensorboardX flushes again in an atexit hook on a full disk)
+        # would print "Exception ignored" tracebacks after our line: the failure is reported here.
+        sys.unraisablehook = lambda unraisable: None
     print(f"error: {message}", file=sys.stderr)
     sys.exit(USAGE_ERROR)
 
@@ -86,15 +92,18 @@ def _flag_error(error: Exception, argv: list[str]) -> str:
     loading = re.search(r"Attempted \[[^\]]*\]:\s*(\S+)\s+(.*)$", one_line(root))
     if loading:
         return f"--config: cannot load {loading.group(1)}: {loading.group(2)}"
-    if isinstance(error, flags.Error):  # a bad value: absl's message names the flag
+    location = _user_code_location(root)
+    # A bad value: absl's message names the flag. An experiment's get_config that raised while the
+    # flag was parsed (a variant after ":") reaches here wrapped in a flag error too: its own frame
+    # names the file, and absl's message would hold the whole traceback.
+    if isinstance(error, flags.Error) and not location:
         return one_line(error)
-    return f"--config: {_user_code_location(root)}{type(root).__name__}: {one_line(root)}"
+    return f"--config: {location}{type(root).__name__}: {one_line(root)}"
 
 
 def _user_code_location(error: BaseException) -> str:
     """"<file>:<line>: " of the innermost frame outside this package and the libraries (the
     experiment file that raised), or "" when there is none."""
-    import os
 
     package = os.path.dirname(os.path.abspath(__file__))
     frames = traceback.extract_tb(error.__traceback__)
@@ -161,17 +170,23 @@ def run(main, *, user_errors: tuple[type[BaseException], ...] = ()) -> None:
     """app.run(main) where a user error (a bad config, data, checkpoint or model folder, a workdir in
     use, a full disk; plus `user_errors`) prints one line and exits with status 2."""
     def guarded(argv):
+        preemption.stop_at_once_on_sigterm()  # train's main replaces it with preemption.install
         if not _VERBOSE.value:
             absl_logging.get_absl_handler().addFilter(_WithoutTracebacks())
             _quiet_background_errors()
         try:
             main(argv)
+            preemption.ignore_sigterm_from_now()  # done: exiting, and raising in atexit hooks prints tracebacks
         except preemption.Stopped as e:  # by a signal, at a safe point: where it stopped, how to resume
             print(one_line(e), file=sys.stderr)
             sys.exit(e.exit_code)
-        except KeyboardInterrupt:  # a CLI that installs no stop handler (evaluate, export)
-            print("interrupted", file=sys.stderr)
-            sys.exit(preemption.EXIT_CODES[signal.SIGINT])
+        except KeyboardInterrupt as e:  # a CLI without a safe point to stop at (evaluate)
+            print(preemption.interrupted_line(e, "nothing was written"), file=sys.stderr)
+            # The finally blocks have run (grading workers stopped). Interpreter shutdown while XLA's
+            # threads still run the abandoned computation can segfault (exit -11 seen on CPU): skip it.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(preemption.interrupted_exit_code(e))
         except Exception as e:  # noqa: BLE001 -- re-raised unless it is a user error
             if not _is_user_error(e, user_errors):
                 raise

@@ -40,8 +40,11 @@ class MetricsWriter:
         if not self.enabled:
             return
         record = {"step": int(step)} | {k: _plain(v) for k, v in sorted(metrics.items())}
-        with open(self.path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        try:
+            with open(self.path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+        except OSError as e:  # a full disk: write() and close() name no file
+            raise OSError(e.errno, f"{e.strerror} (writing step {step} of {self.path})") from None
         if self._tb is not None:
             for key, value in record.items():
                 if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
@@ -51,8 +54,14 @@ class MetricsWriter:
             self._wandb.log(step, record)
 
     def close(self) -> None:
+        """Never raises for TensorBoard (metrics.jsonl is the record): closing runs on error paths
+        too, where raising would hide the error being reported."""
         if self._tb is not None:
-            self._tb.close()
+            try:
+                self._tb.close()
+            except OSError as e:
+                print(f"warning: {os.path.dirname(self.path)}/tensorboard/ is incomplete ({e.strerror})")
+            self._tb = None
         if self._wandb is not None:
             self._wandb.close()
 

@@ -266,6 +266,9 @@ class RunDir:
     lock: WorkdirLock | None
     config: Any = None
     log: Any = print
+    # What record_launch wrote: (per-launch config file, whether it made it, launches.jsonl's size before)
+    _launch: tuple[str, bool, int] | None = None
+    _fell_back_from: list[int] = dataclasses.field(default_factory=list)
 
     def record_launch(self, config) -> str:
         """Writes config.json (the latest launch's config), configs/<start step>.json (never
@@ -277,6 +280,8 @@ class RunDir:
         path, n = os.path.join(folder, f"{self.start_step}.json"), 1
         while os.path.exists(path) and open(path).read() != text:
             path, n = os.path.join(folder, f"{self.start_step}-{n}.json"), n + 1
+        launches = os.path.join(folder, LAUNCHES)
+        self._launch = (path, not os.path.exists(path), os.path.getsize(launches) if os.path.exists(launches) else 0)
         with open(path, "w") as f:
             f.write(text)
         with open(os.path.join(self.workdir, "config.json"), "w") as f:
@@ -284,7 +289,9 @@ class RunDir:
         record = {"step": self.start_step, "time": datetime.datetime.now().isoformat(timespec="seconds"),
                   "host": socket.gethostname(), "pid": os.getpid(), "config": os.path.relpath(path, self.workdir),
                   "changed": {k: list(v) for k, v in self.changes.items()}}
-        with open(os.path.join(folder, LAUNCHES), "a") as f:
+        if self._fell_back_from:  # the damaged steps this launch set aside, newest first
+            record["fell_back_from"] = list(self._fell_back_from)
+        with open(launches, "a") as f:
             f.write(json.dumps(record, default=str) + "\n")
         return path
 
@@ -300,7 +307,21 @@ class RunDir:
         if not self.start_step:  # a fresh start would overwrite the records of the run it belongs to
             raise CheckpointError(f"{checkpoint_dir(self.workdir)}: no intact checkpoint: step {problem}; "
                                   "no older step")
+        self._fell_back_from.append(step)
+        if self._launch is not None:  # recorded as resuming `step`: record the step it resumes instead
+            self._unrecord_launch()
+            self.record_launch(self.config)
         return self.start_step
+
+    def _unrecord_launch(self) -> None:
+        """Takes back what record_launch wrote: its launches.jsonl line and the per-launch config
+        file it made (config.json is written again by the next record_launch)."""
+        path, made, size = self._launch
+        if made:
+            os.remove(path)
+        with open(os.path.join(self.workdir, CONFIGS_FOLDER, LAUNCHES), "r+") as f:
+            f.truncate(size)
+        self._launch = None
 
     def close(self) -> None:
         if self.lock is not None:

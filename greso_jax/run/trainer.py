@@ -204,11 +204,11 @@ class Trainer:
                 writer.write(0, first_eval | self.counters | self.warmstart)
                 self.log(f"step 0: held-out accuracy {first_eval['eval/accuracy']:.3f}")
             stopped = self._loop(start_step, writer, progress)
-        finally:  # also on errors: finish pending checkpoint writes, stop the grading workers
+        finally:  # also on errors: stop the grading workers (first: they outlive a failed close), finish pending writes
+            self.pool.close()
             progress.close()
             self.checkpointer.close()
             writer.close()
-            self.pool.close()
         if stopped:  # by a signal, at a safe point: the checkpoint and records are complete, the run is not
             self.run_dir.close()
             raise stopped
