@@ -12,6 +12,11 @@ the in-training evaluation of that step.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # before the heavy imports below: a signal meanwhile gives one line
+    from greso_jax.core.startup import stop_quietly_until_started
+
+    stop_quietly_until_started("evaluate")
+
 import copy
 import dataclasses
 import json

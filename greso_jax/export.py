@@ -14,6 +14,11 @@ Exit status 2 on bad input, with a one-line message naming the flag or file.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # before the heavy imports below: a signal meanwhile gives one line
+    from greso_jax.core.startup import stop_quietly_until_started
+
+    stop_quietly_until_started("export")
+
 import argparse
 import errno
 import json

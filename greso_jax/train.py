@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # before the heavy imports below: a signal meanwhile gives one line
+    from greso_jax.core.startup import stop_quietly_until_started
+
+    stop_quietly_until_started("train")
+
 import os
 
 from absl import flags, logging

@@ -186,3 +186,31 @@ def test_the_resume_command_of_a_multi_host_stop_asks_for_a_fresh_coordinator_po
     monkeypatch.setattr(sys, "argv", ["train", "--config=x.py", "--workdir=/w"])
     line = str(preemption.stopped(signal.SIGTERM, 5, 5, "/w"))
     assert line.endswith("resume with: python -m greso_jax.train --config=x.py --workdir=/w"), line
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Whether process `pid` has a handler installed for `signum` (its SigCgt mask in /proc)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            mask = next(line for line in f if line.startswith("SigCgt:")).split()[1]
+    except (OSError, StopIteration):
+        return False
+    return bool(int(mask, 16) >> (signum - 1) & 1)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads the signal mask in /proc")
+@pytest.mark.parametrize("module", ["greso_jax.train", "greso_jax.evaluate", "greso_jax.export"])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_cli_imports_gives_one_line(tmp_path, module, signum):
+    """Python catches no SIGTERM by default: once the process does, the CLI's startup handler is in and
+    JAX is still to import; the signal then ends it with one line (no traceback) and 128 + signum."""
+    process = subprocess.Popen([sys.executable, "-m", module, f"--workdir={tmp_path}/run"], env=ENV, cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not _catches(process.pid, signal.SIGTERM) and process.poll() is None and time.time() < deadline:
+        time.sleep(0.001)
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=120)
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert process.returncode == 128 + signum, stderr
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr

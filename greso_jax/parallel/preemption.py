@@ -49,8 +49,10 @@ def _raise_terminated(signum, frame) -> None:
 
 def stop_at_once_on_sigterm() -> None:
     """SIGTERM raises Terminated (a KeyboardInterrupt) in the main thread: without it a scheduler's
-    SIGTERM ends evaluate or export with no message and no cleanup (a partial --out folder)."""
+    SIGTERM ends evaluate or export with no message and no cleanup (a partial --out folder). SIGINT
+    raises KeyboardInterrupt again (Python's own), replacing core.startup's handler for the imports."""
     signal.signal(signal.SIGTERM, _raise_terminated)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def ignore_sigterm_from_now() -> None:
