@@ -214,3 +214,29 @@ def test_a_signal_while_the_cli_imports_gives_one_line(tmp_path, module, signum)
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert process.returncode == 128 + signum, stderr
     assert len(lines) == 1 and "Traceback" not in stderr, stderr
+
+
+def test_a_sigterm_inside_a_gc_callback_is_delivered_after_it(tmp_path):
+    """An exception raised inside a gc callback is swallowed ("Exception ignored"): the handler sends the
+    signal again instead, and Terminated reaches the main code once the callback has returned."""
+    script = tmp_path / "gc_signal.py"
+    script.write_text(
+        "import gc, os, signal, sys, time\n"
+        "from greso_jax.parallel import preemption\n"
+        "preemption.stop_at_once_on_sigterm()\n"
+        "def callback(phase, info):\n"
+        "    if phase == 'start' and not getattr(callback, 'sent', False):\n"
+        "        callback.sent = True\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        for _ in range(1000):\n"  # bytecodes run here, inside the callback: the handler runs here
+        "            pass\n"
+        "gc.callbacks.append(callback)\n"
+        "try:\n"
+        "    gc.collect()\n"
+        "    time.sleep(5)\n"
+        "    print('not stopped')\n"
+        "except preemption.Terminated:\n"
+        "    print('stopped after the callback')\n")
+    done = subprocess.run([sys.executable, str(script)], env=ENV, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "stopped after the callback", done.stdout + done.stderr
+    assert "Exception ignored" not in done.stderr, done.stderr

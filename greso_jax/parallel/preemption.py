@@ -13,10 +13,12 @@ another to the group).
 
 from __future__ import annotations
 
+import gc
 import os
 import shlex
 import signal
 import sys
+import threading
 
 import numpy as np
 
@@ -42,17 +44,36 @@ class Terminated(KeyboardInterrupt):
     Ctrl-C does (the same cleanup runs), and exits 143."""
 
 
-def _raise_terminated(signum, frame) -> None:
-    del signum, frame
-    raise Terminated()
+def _inside_gc_callback(frame) -> bool:
+    """Whether `frame` (where a signal interrupted Python) runs inside a garbage-collector callback
+    (gc.callbacks, e.g. jax's): an exception raised there is swallowed, printed as "Exception ignored"."""
+    codes = {getattr(callback, "__code__", None) for callback in gc.callbacks}
+    while frame is not None:
+        if frame.f_code in codes:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _raise_at_once(signum, frame) -> None:
+    """Terminated (SIGTERM) or KeyboardInterrupt (SIGINT) in the main thread; inside a gc callback the
+    signal is sent again shortly instead, so that it lands where it can stop the CLI."""
+    if _inside_gc_callback(frame):
+        threading.Timer(REDELIVER_S, os.kill, (os.getpid(), signum)).start()
+        return
+    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+REDELIVER_S = 0.01
 
 
 def stop_at_once_on_sigterm() -> None:
     """SIGTERM raises Terminated (a KeyboardInterrupt) in the main thread: without it a scheduler's
     SIGTERM ends evaluate or export with no message and no cleanup (a partial --out folder). SIGINT
-    raises KeyboardInterrupt again (Python's own), replacing core.startup's handler for the imports."""
-    signal.signal(signal.SIGTERM, _raise_terminated)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    raises KeyboardInterrupt as Python's own handler does, replacing core.startup's for the imports;
+    neither is lost inside a gc callback (`_raise_at_once`)."""
+    signal.signal(signal.SIGTERM, _raise_at_once)
+    signal.signal(signal.SIGINT, _raise_at_once)
 
 
 def ignore_sigterm_from_now() -> None:
