@@ -35,10 +35,12 @@ def test_gap_and_candidates_against_the_baseline_and_an_ablations_effect(tmp_pat
     greso = _trace([([1], [2]), ([1, 0], [3, 4])])
     for seed, (acc_base, acc_greso) in enumerate([([0.2, 0.3, 0.4], [0.2, 0.25, 0.3]),
                                                   ([0.2, 0.3, 0.3], [0.2, 0.3, 0.35])]):
-        _write_run(tmp_path / "ds_fixed" / f"seed{seed}", acc_base, base, **{"actor/entropy": 0.2})
+        _write_run(tmp_path / "ds_fixed" / f"seed{seed}", acc_base, base,
+                   **{"actor/entropy": 0.2, "selection/batch_groups": 64})
         _write_run(tmp_path / "greso" / f"seed{seed}", acc_greso, greso,
                    **{"actor/entropy": 0.1, "audit/easy_skips": 2, "audit/easy_zero_variance": 1.5,
-                      "selection/skipped_easy": 10, "selection/kept": 4, "selection/repeated_groups": 1})
+                      "selection/skipped_easy": 10, "selection/kept": 4, "selection/repeated_groups": 1,
+                      "selection/batch_groups": 56})
         _write_run(tmp_path / "greso_patient" / f"seed{seed}", acc_base, base)
     result = diagnosis.diagnose({"": str(tmp_path)}, ["greso", "greso_patient", "mopps"], [0, 1], log=lambda *a: None)
     assert set(result) == {"greso", "greso_patient"}  # no mopps runs
@@ -46,6 +48,7 @@ def test_gap_and_candidates_against_the_baseline_and_an_ablations_effect(tmp_pat
     assert seed0["gap"] == pytest.approx((-0.05 - 0.1) / 2) and seed1["gap"] == pytest.approx(0.025)
     assert seed0["final_diff"] == pytest.approx(-0.1)
     assert seed0["coverage"] == pytest.approx(1 / 3)  # one distinct mixed prompt against three
+    assert seed0["batch_fill"] == pytest.approx(56 / 64)
     assert seed0["concentration"] == 2 and seed0["concentration_baseline"] == 1
     assert seed0["signal"] == pytest.approx((0.25 + 0.1875) / 2)
     assert seed0["signal_baseline"] == pytest.approx((0.25 + 0.1875 + 0.25) / 3)

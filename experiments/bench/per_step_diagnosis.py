@@ -10,6 +10,9 @@ Per run, against ds_fixed on the same seed and root:
     runs evaluate at the same steps), and the final difference;
   - coverage: distinct prompts trained on (groups with mixed rewards, the ones a filtering strategy
     trains on) over the run, as a share of ds_fixed's; concentration: mixed groups per such prompt;
+  - batch fill: the groups a step trains on (selection/batch_groups, mean over steps) as a share of
+    ds_fixed's: with passes a step ends at selection.max_passes, and a skipper's smaller passes can
+    meet that cap with fewer usable groups;
   - signal: the mean p(1-p) of the mixed groups (p: the group's success fraction; GRPO's per-group
     signal is largest at p = 0.5);
   - frontier: the share of the audited easy skips whose group was informative (the skip audit): how
@@ -37,7 +40,9 @@ from greso_jax.run.run_stats import run_curves, step_mean, step_total
 from greso_jax.selection import baseline
 
 BASELINE = baseline().name
-CANDIDATES = ("coverage", "concentration", "signal", "frontier_informative_share", "entropy", "reroll_share")
+CANDIDATES = ("coverage", "batch_fill", "concentration", "signal", "frontier_informative_share", "entropy",
+              "reroll_share")
+RELATIVE = {"coverage": "mixed_prompts", "batch_fill": "batch_groups"}  # candidate -> measure, over ds_fixed's
 
 
 def group_statistics(trace: Sequence[dict]) -> dict:
@@ -62,7 +67,8 @@ def run_diagnosis(records: Sequence[dict], trace: Sequence[dict]) -> dict:
     audited = step_total(records, "audit/easy_skips")
     informative = 1.0 - step_total(records, "audit/easy_zero_variance") / audited if audited else float("nan")
     kept = step_total(records, "selection/kept")
-    return {"mixed_prompts": groups["mixed_prompts"], "concentration": groups["concentration"],
+    return {"mixed_prompts": groups["mixed_prompts"], "batch_groups": step_mean(records, "selection/batch_groups"),
+            "concentration": groups["concentration"],
             "signal": groups["signal"], "frontier_informative_share": informative, "entropy": step_mean(records, "actor/entropy"),
             "reroll_share": step_total(records, "selection/repeated_groups") / kept if kept else float("nan")}
 
@@ -75,8 +81,9 @@ def paired(records, trace, base_records, base_trace) -> dict:
     out = {"gap": float(np.mean([a - b for a, b in shared])) if shared else float("nan"),
            "final_diff": mine["eval_accuracy"][-1] - base["eval_accuracy"][-1] if shared else float("nan")}
     d, b = run_diagnosis(records, trace), run_diagnosis(base_records, base_trace)
-    out["coverage"] = d["mixed_prompts"] / b["mixed_prompts"] if b["mixed_prompts"] else float("nan")
-    for key in CANDIDATES[1:]:
+    for key, measure in RELATIVE.items():
+        out[key] = d[measure] / b[measure] if b[measure] else float("nan")
+    for key in (k for k in CANDIDATES if k not in RELATIVE):
         out[key] = d[key]
         out[f"{key}_baseline"] = b[key]
     return out
