@@ -8,7 +8,7 @@ import pytest
 from greso_jax.selection import (OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_MIXED, MaxPassesReached,
                                  PassConfig, PulledPrompts, ScoredPass, make_selector, run_selection_step)
 
-PASS_FIELDS = ("rollout_batch_size", "min_pass_size", "max_passes", "on_max_passes", "once_per_step")
+PASS_FIELDS = ("rollout_batch_size", "min_pass_size", "max_passes", "on_max_passes", "once_per_step", "pass_cap")
 
 STABLE_METRICS = ("selection/skipped_easy", "selection/skipped_hard",
                   "selection/kept", "selection/passes", "selection/easy_ratio", "selection/hard_ratio",
@@ -126,6 +126,25 @@ def test_max_passes_train_on_what_was_collected_or_raise():
                      max_passes=3, on_max_passes="error")
     with pytest.raises(MaxPassesReached, match="selection.max_passes"):
         step(selector, world, 0, 4)
+
+
+def test_a_prompt_cap_gives_small_passes_the_budget_of_full_ones():
+    # Prompts 0-5 are mixed, later ones only every 10th: adaptive DS sizes its follow-up passes from the
+    # informative rate it has seen (high at first), so they are smaller than rollout_batch_size and three
+    # of them roll out fewer prompts than three full passes would.
+    def world():
+        return ScriptedWorld(200, lambda prompt: (0,) if prompt < 6 or prompt % 10 == 0 else ())
+
+    by_passes, by_prompts = world(), world()
+    passes = step(build("dynamic_sampling", by_passes, train_batch_size=8, rollout_batch_size=8, min_pass_size=1,
+                        max_passes=3), by_passes, 0, 8)
+    assert passes.metrics["selection/passes"] == 3 and not passes.full_batch
+    assert passes.metrics["selection/kept"] < 3 * 8
+    prompts = step(build("dynamic_sampling", by_prompts, train_batch_size=8, rollout_batch_size=8, min_pass_size=1,
+                         max_passes=3, pass_cap="prompts"), by_prompts, 0, 8)
+    assert prompts.metrics["selection/passes"] > 3 and prompts.full_batch
+    assert prompts.metrics["selection/kept"] <= 3 * 8  # within the budget of three full passes
+    assert [ids.tolist() for ids, _ in by_prompts.calls[:3]] == [ids.tolist() for ids, _ in by_passes.calls]
 
 
 def test_a_small_pool_cycled_within_a_step_repeats_prompts_unless_once_per_step():

@@ -142,13 +142,24 @@ class Selector:
         remaining = train_batch_size - sum(self.usable(g) for g in groups)
         if remaining <= 0:
             return None
-        if passes >= self.pass_config.max_passes:
+        if self._at_pass_cap(passes, rolled_out=len(groups)):
             if self.pass_config.on_max_passes == "error":
                 raise MaxPassesReached(
                     f"selection.max_passes: step {self.step} ran {passes} passes and collected "
                     f"{train_batch_size - remaining} of {train_batch_size} usable groups")
             return None
-        return PassRequest(num_samples=self.group_size, pull=self.follow_up_pass_size(remaining, fresh))
+        pull = self.follow_up_pass_size(remaining, fresh)
+        if self.pass_config.pass_cap == "prompts":  # the last pass stops at the budget, not past it
+            pull = min(pull, self.pass_config.max_passes * self.pass_config.rollout_batch_size - len(groups))
+        return PassRequest(num_samples=self.group_size, pull=pull)
+
+    def _at_pass_cap(self, passes: int, rolled_out: int) -> bool:
+        """Whether the step's rollouts stop here: after max_passes passes, or (pass_cap "prompts") once
+        max_passes x rollout_batch_size prompts are rolled out."""
+        settings = self.pass_config
+        if settings.pass_cap == "prompts":
+            return rolled_out >= settings.max_passes * settings.rollout_batch_size
+        return passes >= settings.max_passes
 
     def usable(self, group: Group) -> bool:
         """Whether a rolled-out group can enter the batch; the base trains on every group."""

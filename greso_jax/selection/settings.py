@@ -43,6 +43,10 @@ class PassConfig(StrategySettings):
                                     "largest pass")
     min_pass_size: int = field(8, Spec(INT, 1), "smallest follow-up pass")
     max_passes: int = field(8, Spec(INT, 1), "cap on rollout passes per step (DAPO's max_num_gen_batches)")
+    pass_cap: str = field("passes", Spec(STR, choices=("passes", "prompts")),
+                          "what max_passes caps: passes (DAPO's rule); prompts: max_passes x rollout_batch_size "
+                          "prompts rolled out a step, whatever the passes' sizes, so a skipper's smaller passes "
+                          "meet the budget ds_fixed's full passes have instead of running out of passes first")
     on_max_passes: str = field("train", Spec(STR, choices=("train", "error")),
                                "when the cap is hit: train on what was collected, or raise")
     once_per_step: bool = field(False, Spec(BOOL), "roll out a prompt at most once per step: a pulled prompt "
