@@ -14,10 +14,11 @@ printed per --baseline: against the paper-faithful engine's DS, and engine for e
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
 from experiments.bench.claim_report import claims, claims_table
+from experiments.sweep import is_finished
+from greso_jax.run.records import read_lines
 from greso_jax.run.run_stats import run_stats, step_total
 
 
@@ -31,9 +32,8 @@ def read_runs(roots: dict[str, str]) -> dict[str, dict[int, list[dict]]]:
                 continue
             for seed_dir in sorted(os.listdir(folder)):
                 workdir = os.path.join(folder, seed_dir)
-                if seed_dir.startswith("seed") and os.path.exists(os.path.join(workdir, "summary.json")):
-                    with open(os.path.join(workdir, "metrics.jsonl")) as f:
-                        records = [json.loads(line) for line in f if line.strip()]
+                if seed_dir.startswith("seed") and is_finished(workdir):
+                    records = read_lines(os.path.join(workdir, "metrics.jsonl"))
                     runs.setdefault(f"{variant}@{label}", {})[int(seed_dir[4:])] = records
     return runs
 

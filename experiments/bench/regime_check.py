@@ -27,6 +27,7 @@ import sys
 import numpy as np
 from absl import app, flags
 
+from greso_jax.run.records import read_lines
 from greso_jax.run.run_stats import number, run_stats, step_total
 
 _RUNS = flags.DEFINE_multi_string("run", [], "LABEL=WORKDIR of a finished run (its metrics.jsonl)")
@@ -39,8 +40,7 @@ def read_records(workdir: str) -> list[dict]:
     path = os.path.join(workdir, "metrics.jsonl")
     if not os.path.isfile(path):
         raise app.UsageError(f"--run: no metrics.jsonl in {workdir}")
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return read_lines(path)
 
 
 def regime_numbers(records: list[dict], late: float, group_size: int) -> dict[str, float]:
