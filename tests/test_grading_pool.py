@@ -166,3 +166,17 @@ def test_score_across_hosts_splits_the_rows_and_every_host_gets_all_results():
         np.testing.assert_array_equal(correct, expected)
         np.testing.assert_array_equal(rewards, expected.astype(np.float32))
         assert rewards.dtype == np.float32 and correct.dtype == np.bool_ and failures == 2
+
+
+def test_workers_of_a_parent_gone_before_they_started_exit_without_a_traceback():
+    """A CLI stopped (SIGTERM, os._exit) while its pool spawns leaves workers that find no parent
+    when they announce themselves: they must exit quietly, not print a BrokenPipeError traceback
+    as the last line of the stopped CLI's stderr (they share it)."""
+    import subprocess
+    import sys
+
+    script = ("import os\nfrom greso_jax.rewards.pool import GradingPool\n"
+              "GradingPool(num_workers=2, timeout_s=1.0)\nos._exit(143)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 143
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr

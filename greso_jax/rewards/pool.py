@@ -52,17 +52,17 @@ def _worker_main(conn, timeout_s: float, shaping: str, memory_limit_mb: int, gra
         limit = memory_limit_mb * 2 ** 20
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     math_grader.warm_up()
-    conn.send("ready")
-    while True:
-        try:
+    try:
+        conn.send("ready")
+        while True:
             batch = conn.recv()
-        except (EOFError, ConnectionResetError):  # the parent is gone
-            return
-        if batch is None:
-            return
-        for index, response, gold in batch:
-            grade = grader(response, gold, shaping, timeout_s)
-            conn.send((index, grade.reward, grade.correct, grade.status))
+            if batch is None:
+                return
+            for index, response, gold in batch:
+                grade = grader(response, gold, shaping, timeout_s)
+                conn.send((index, grade.reward, grade.correct, grade.status))
+    except (EOFError, OSError):  # the parent is gone (stopped while this worker started, or killed): nothing to say
+        return
 
 
 class _Worker:
@@ -114,7 +114,14 @@ class GradingPool:
         self.memory_limit_mb, self.kill_grace_s, self.grader = memory_limit_mb, kill_grace_s, grader
         self.num_workers_replaced = 0
         self._context = multiprocessing.get_context("spawn")
-        self._workers = [self._spawn() for _ in range(num_workers)]
+        self._workers: list[_Worker] = []
+        try:
+            for _ in range(num_workers):
+                self._workers.append(self._spawn())
+        except BaseException:  # a signal while spawning: no pool to close later, so no worker may outlive it
+            for worker in self._workers:
+                worker.kill()
+            raise
         if num_workers == 0:
             math_grader.warm_up()
         self._lock = threading.Lock()
