@@ -77,6 +77,7 @@ def test_cross_field_checks_name_the_field(tmp_path):
         ({"selection.greso.p_min": 0.9, "selection.greso.p_max": 0.5}, "selection.greso.p_min"),
         ({"selection.greso.p_easy": 0.99}, "selection.greso.p_easy"),
         ({"rl.mini_batch_size": 48}, "rl.mini_batch_size"),
+        ({"selection.stream_lanes": 8, "selection.stream_lookahead": 4}, "selection.stream_lookahead"),
         ({"rl.micro_batch_size": 7}, "rl.micro_batch_size"),
         ({"data.source": "jsonl", "data.path": ""}, "data.path"),
         ({"data.source": "parquet", "data.path": str(tmp_path / "missing.parquet")}, "data.path"),

@@ -177,3 +177,23 @@ def test_no_pulled_prompt_vanishes(in_flight):
         if backend.position >= 12:
             assert set(rolled) | skipped | {p for p, _ in carry.pending} == set(range(12))
     assert pending_seen > 0 and backend.position >= 12
+
+
+def test_lookahead_lets_a_ranking_strategy_admit_the_best_of_more_prompts():
+    """With lookahead L the waiting set holds up to L kept prompts and the lanes take the first of the
+    strategy's order over all of them; the ones it ranks last wait into the next step, none is lost."""
+    admitted = {}
+    for lookahead in (0, 9):
+        selector, backend = _setup("vanilla", lanes=3, num_prompts=40)
+        selector.admission_order = lambda ids: np.argsort(-ids, kind="stable")  # the highest id first
+        result, carry = run_stream_step(selector, 1, pull_prompts=backend.pull, backend=backend, train_batch_size=2,
+                                        max_responses=10_000, lookahead=lookahead)
+        admitted[lookahead] = backend.admitted[:3]
+        rolled = {g.prompt_id for g in result.rolled_out}
+        assert rolled.isdisjoint(p for p, _ in carry.pending)
+        assert rolled | {p for p, _ in carry.pending} == set(range(backend.position))
+    assert admitted[0] == [2, 1, 0] and admitted[9] == [8, 7, 6]
+    selector, backend = _setup("vanilla", lanes=3)
+    with pytest.raises(ValueError, match="stream_lookahead: 2 is below the 3 lanes"):
+        run_stream_step(selector, 1, pull_prompts=backend.pull, backend=backend, train_batch_size=2,
+                        max_responses=100, lookahead=2)

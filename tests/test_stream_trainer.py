@@ -34,9 +34,11 @@ def _stream_config(strategy, policy, in_flight="abort", steps=3):
     return c
 
 
-@pytest.mark.parametrize("strategy", ["dynamic_sampling", "posterior"])
-def test_strategies_train_from_the_stream(tmp_path, strategy, warm_policy):
-    Trainer(_stream_config(strategy, warm_policy), str(tmp_path), log=lambda *a: None).run()
+@pytest.mark.parametrize("strategy,lookahead", [("dynamic_sampling", 0), ("posterior", 0), ("posterior", 8)])
+def test_strategies_train_from_the_stream(tmp_path, strategy, lookahead, warm_policy):
+    c = _stream_config(strategy, warm_policy)
+    c.selection.stream_lookahead = lookahead
+    Trainer(c, str(tmp_path), log=lambda *a: None).run()
     records = read_metrics(str(tmp_path))[1:]
     assert len(records) == 3
     for r in records:
@@ -46,6 +48,10 @@ def test_strategies_train_from_the_stream(tmp_path, strategy, warm_policy):
             assert np.isfinite(r["actor/loss"])
     assert sum(r["train/groups"] for r in records) > 0
     assert sum(r["stream/aborted_tokens"] for r in records) > 0  # lanes in flight at a full batch
+    # Kept prompts waiting for a lane at the step's end: at most the lanes (3) without a lookahead.
+    assert max(r["stream/unadmitted"] for r in records) <= (lookahead or 3)
+    if lookahead:
+        assert max(r["stream/unadmitted"] for r in records) > 3
 
 
 @pytest.mark.slow

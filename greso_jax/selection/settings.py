@@ -58,6 +58,9 @@ class PassConfig(StrategySettings):
                               "continuously, each refilled with the next kept prompt as its group finishes")
     stream_lanes: int = field(0, Spec(INT, 0), "stream mode: prompts (of G rows each) in flight; 0: "
                               "rollout_batch_size")
+    stream_lookahead: int = field(0, Spec(INT, 0), "stream mode: most kept prompts waiting for a lane, ranked "
+                                  "by the strategy's admission order (the rest wait into the next step); 0: "
+                                  "stream_lanes. Above it, a strategy that ranks picks the best of more candidates")
     stream_chunk_steps: int = field(32, Spec(INT, 1), "stream mode: most decode steps between two host "
                                     "decisions (a chunk also ends when a lane finishes)")
     stream_in_flight: str = field("abort", Spec(STR, choices=("abort", "carry")),
@@ -69,6 +72,10 @@ class PassConfig(StrategySettings):
         if self.min_pass_size > self.rollout_batch_size:
             raise ConfigError(f"{prefix}.min_pass_size: {self.min_pass_size} exceeds "
                               f"{prefix}.rollout_batch_size {self.rollout_batch_size}")
+        lanes = self.stream_lanes or self.rollout_batch_size
+        if 0 < self.stream_lookahead < lanes:
+            raise ConfigError(f"{prefix}.stream_lookahead: {self.stream_lookahead} is below the {lanes} stream lanes "
+                              "it must keep filled (0: as many as the lanes)")
 
 
 @dataclasses.dataclass(frozen=True)

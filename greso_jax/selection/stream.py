@@ -96,18 +96,23 @@ class Carry:
 
 def run_stream_step(selector: Selector, step: int, *, pull_prompts: PullFn, backend: StreamBackend,
                     train_batch_size: int, max_responses: int, in_flight: str = "abort",
-                    carry: Carry | None = None, epoch: int = 0) -> tuple[StepResult, Carry]:
+                    carry: Carry | None = None, epoch: int = 0, lookahead: int = 0) -> tuple[StepResult, Carry]:
     """Streams until the step's batch is built; returns (the step's result, the carry into the next).
 
     Calls selector.begin_step first and selector.end_step last. The batch is
     selector.finish_step over the carried groups then this step's, so carried groups train first.
-    max_responses: the step's response cap (> 0). StepResult.handles: the carried groups' outputs
-    first, then one per lane finished this step; a group's call index names its handle.
+    max_responses: the step's response cap (> 0). lookahead: the most kept prompts waiting for a lane
+    (0: as many as there are lanes); more lets a strategy that ranks admit the best of a larger set, the
+    rest waiting (pending into the next step) until they rank first. StepResult.handles: the carried
+    groups' outputs first, then one per lane finished this step; a group's call index names its handle.
     """
     if train_batch_size < 1:
         raise ValueError(f"train.train_batch_size: must be >= 1, got {train_batch_size}")
     if in_flight not in IN_FLIGHT_MODES:
         raise ValueError(f"selection.stream_in_flight: expected one of {IN_FLIGHT_MODES}, got {in_flight!r}")
+    lookahead = lookahead or backend.lanes
+    if lookahead < backend.lanes:
+        raise ValueError(f"selection.stream_lookahead: {lookahead} is below the {backend.lanes} lanes it must fill")
     carry = carry or Carry()
     selector.begin_step(step, epoch=epoch)
     handles = list(carry.handles)
@@ -136,7 +141,7 @@ def run_stream_step(selector: Selector, step: int, *, pull_prompts: PullFn, back
         if usable >= train_batch_size or responses >= max_responses:
             break
         free = backend.free_lanes()
-        want = max(0, backend.lanes - len(waiting)) if free and not exhausted else 0
+        want = max(0, lookahead - len(waiting)) if free and not exhausted else 0
         # Every host pulls every round (want may be 0): a multi-host pull gathers the skips of all.
         pulled = _pull(pull_prompts, want, selector)
         exhausted = exhausted or (want > 0 and pulled.prompt_ids.size == 0)
