@@ -94,7 +94,8 @@ def test_two_processes_match_one_process_and_resume_on_one(tmp_path, warm_policy
 def test_two_processes_stream_their_shards_agree_and_resume_exactly(tmp_path, warm_policy):
     """Stream mode on 2 processes: each host streams its own shard through its lanes, the hosts
     exchange finished groups every decode chunk, and the selector check (every step) finds them
-    identical; host 0 observes more groups than it admitted (the other host's). Resumed from step 2
+    identical; the admissions logged are both hosts' (at least the groups observed, which came from
+    both). Resumed from step 2
     (every host's shard position and pending prompts saved), the run equals an uninterrupted one."""
     from greso_jax.run.records import read_metrics
 
@@ -110,7 +111,7 @@ def test_two_processes_stream_their_shards_agree_and_resume_exactly(tmp_path, wa
     launch(split, 2)
     records = read_metrics(str(split))[1:]
     assert [r["step"] for r in records] == [1, 2]
-    assert all(r["selection/kept"] > r["stream/admitted"] > 0 for r in records)
+    assert all(r["stream/admitted"] >= r["selection/kept"] > 0 for r in records)
     assert sum(r["train/groups"] for r in records) > 0
     _, saved = _restore_final(str(split))
     assert [state["shard"] for state in saved["meta"]["data_states"]] == [[0, 2], [1, 2]]

@@ -64,6 +64,9 @@ class ScriptedLanes:
     def busy_share(self):
         return self.live / self.decoded if self.decoded else 0.0
 
+    def sum_over_hosts(self, counts):
+        return counts
+
 
 def _setup(strategy="dynamic_sampling", lanes=3, num_prompts=40):
     selector = make_selector(strategy, num_prompts=num_prompts, group_size=G, seed=0)

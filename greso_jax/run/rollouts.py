@@ -144,6 +144,9 @@ class StreamRollouts(_Grader):
             self.engine.admit(lane, list(map(int, payload["prompt_tokens"])), key)
         self.held[lane] = (prompt_id, payload)
 
+    def sum_over_hosts(self, counts: np.ndarray) -> np.ndarray:
+        return multihost.allgather(np.asarray(counts, np.float64)).sum(axis=0)
+
     def in_flight(self) -> int:
         grading = len(self._grading.held) if self._grading else 0
         return int(multihost.allgather(np.array([len(self.held) + grading], np.int64)).sum())

@@ -70,6 +70,9 @@ class StreamBackend(Protocol):
     def busy_share(self) -> float:
         """Row-steps spent on live rows / row-steps decoded, over the step so far."""
 
+    def sum_over_hosts(self, counts: np.ndarray) -> np.ndarray:
+        """Each host's counts float64 [K], summed over the hosts (every host calls it, at the same point)."""
+
 
 @dataclasses.dataclass
 class Aborted:
@@ -177,6 +180,9 @@ def run_stream_step(selector: Selector, step: int, *, pull_prompts: PullFn, back
                 next_carry.groups.append(g)
                 next_carry.handles.append(handles[int(g.response_refs[0, 0])])
     metrics = selector.end_step()
+    # Admissions, waiting prompts and repeats are each host's own: the step's metrics give their totals.
+    admitted, unadmitted, pending_in, pending_out, dropped = backend.sum_over_hosts(np.array(
+        [admitted, len(waiting), len(carry.pending), len(next_carry.pending), dropped], np.float64)).tolist()
     rolled_out = selector.step_groups
     carried_in_batch = sum(id(g) in in_batch for g in carried)
     metrics.update({
@@ -187,14 +193,14 @@ def run_stream_step(selector: Selector, step: int, *, pull_prompts: PullFn, back
         "selection/surplus_groups": float(sum(g.has_variance for g in everything) - sum(g.has_variance for g in batch)),
         "selection/full_batch": float(len(batch) == train_batch_size),
         "selection/repeated_groups": float(len(everything) - len({g.prompt_id for g in everything})),
-        "selection/repeats_dropped": float(dropped),
+        "selection/repeats_dropped": dropped,
         "selection/batch_prompts": float(len({g.prompt_id for g in batch})),
         "rollout/step_responses": float(responses),
         "stream/chunks": float(chunks),
-        "stream/admitted": float(admitted),
-        "stream/unadmitted": float(len(waiting)),
-        "stream/pending_in": float(len(carry.pending)),
-        "stream/pending_out": float(len(next_carry.pending)),
+        "stream/admitted": admitted,
+        "stream/unadmitted": unadmitted,
+        "stream/pending_in": pending_in,
+        "stream/pending_out": pending_out,
         "stream/lanes_busy_share": busy_share,
         "stream/aborted_lanes": float(aborted.lanes),
         "stream/aborted_tokens": float(aborted.tokens),
