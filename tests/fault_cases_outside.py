@@ -52,14 +52,20 @@ def on_mount(options: str, module: str, args: Callable[[Ctx, str], list[str]], t
 
 
 def sigterm_evaluate(c: Ctx) -> Result:
-    """SIGTERM to an evaluate CLI 8 s into a long evaluation (c.extra["stopped"]: its exit status and
-    stderr); then the same evaluation, short, is the case's result."""
-    args = [f"--checkpoint={c.run}", "--benchmarks=synthetic", "--num_samples=4", "--max_problems=50",
+    """SIGTERM to an evaluate CLI once it has started evaluating (its "evaluating ..." line), with tens
+    of seconds of sampling still ahead (c.extra["stopped"]: its exit status and stderr); then the same
+    evaluation, short, is the case's result. Waiting for the line, not a fixed delay, keeps the signal
+    inside the evaluation on a fast machine (the tiny model evaluates the default in seconds) and out
+    of the imports on a slow one."""
+    args = [f"--checkpoint={c.run}", "--benchmarks=synthetic", "--num_samples=512", "--max_new_tokens=512",
             "--grading_workers=1"]
-    p = subprocess.Popen([sys.executable, "-m", E, *args], env=ENV, cwd=c.dir, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen([sys.executable, "-m", E, *args], env={**ENV, "PYTHONUNBUFFERED": "1"}, cwd=c.dir,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(8)
+        for line in p.stdout:  # EOF first (it failed before evaluating): the check reports its exit
+            if line.startswith("evaluating "):
+                break
+        time.sleep(1)  # into the sampler's compilation and decoding
         p.send_signal(signal.SIGTERM)
         _, err = p.communicate(timeout=120)
     finally:
