@@ -97,9 +97,12 @@ def test_bucketed_gradient_equals_the_padded_gradient(aggregation):
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=0), want_grads, grads)
 
 
+LEARNING_RATE = 1e-3
+
+
 def learner_config(layout, aggregation="token-mean"):
     c = get_config()
-    c.train.learning_rate = 1e-3
+    c.train.learning_rate = LEARNING_RATE
     c.rl.update(micro_batch_size=4, loss_aggregation=aggregation, kl_coef=0.1, entropy_coef=0.01, ppo_epochs=2,
                 update_layout=layout)
     return c
@@ -119,7 +122,13 @@ def test_bucketed_update_trains_the_padded_update(aggregation, uniform):
         metrics = learner.update(batch, num_minibatches=2)
         results[layout] = (jax.device_get(nnx.state(learner.model, nnx.Param).to_pure_dict()), metrics)
     (padded_params, padded), (bucketed_params, bucketed) = results["padded"], results["bucketed"]
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=0), padded_params, bucketed_params)
+    # Adam divides each update by the root of the squared-gradient average, so a parameter whose gradient
+    # is near zero turns the float noise of a different summation order (the gradients agree within
+    # 1e-5, test above) into a visible share of a step: 1.3e-5 on one element of 1,024 on one CPU, 0 on
+    # another. An error in the bucketed path (a mask, a normaliser, a bucket's rows) moves parameters by
+    # a large share of the 1e-3 step on most elements; 5% of one step is far below that.
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=0.05 * LEARNING_RATE, rtol=0),
+                 padded_params, bucketed_params)
     for name in ("actor/loss", "actor/pg_loss", "actor/kl", "actor/entropy", "actor/grad_norm",
                  "actor/clipfrac_low", "actor/clipfrac_high", "actor/logprob_mismatch", "actor/logprob_mismatch_max"):
         assert bucketed[name] == pytest.approx(padded[name], rel=1e-4, abs=1e-5), name
