@@ -303,3 +303,32 @@ def test_patience_keeps_short_streaks_and_counts_the_exponent_from_the_patience(
     np.testing.assert_allclose(paper.keep_probabilities(np.arange(6)), [1, 0.5, 0.25, 0.125, 0.0625, 0.16])
     with pytest.raises(Exception, match="easy_patience"):
         GresoSelector(6, easy_patience=0)
+
+
+def _step_with_batch(selector, step, kinds, train_batch_size):
+    """One step whose groups are `kinds` ('e', 'h', 'm'), closed as the drivers close it: finish_step, end_step."""
+    from greso_jax.selection.groups import Group
+
+    correct = groups(*kinds)
+    selector.begin_step(step, epoch=1)
+    selector.observe(np.arange(len(kinds)), correct)
+    batch = selector.finish_step([Group.from_call(0, row, row, None, c, c.astype(np.float32))
+                                  for row, c in enumerate(correct)], train_batch_size)
+    selector.end_step()
+    return batch
+
+
+def test_explore_when_short_eases_skipping_after_a_short_batch_only():
+    """A step over the easy and hard targets moves p down under the paper's rule; with explore_when_short
+    a step whose batch came out short moves both up instead, and a full batch follows the paper's rule."""
+    kinds = "eehhm"  # easy 2/5 >= 1/12, hard 2/5 >= 1/6: the targets say skip more
+    paper, fill = GresoSelector(8, delta_p=0.05), GresoSelector(8, delta_p=0.05, explore_when_short=True)
+    for selector in (paper, fill):
+        assert len(_step_with_batch(selector, 0, kinds, train_batch_size=2)) == 1  # one mixed group of 2 asked
+    assert (paper.p_easy, paper.p_hard) == pytest.approx((0.45, 0.45))
+    assert (fill.p_easy, fill.p_hard) == pytest.approx((0.55, 0.55))
+    assert len(_step_with_batch(fill, 1, kinds, train_batch_size=1)) == 1  # full: the paper's rule again
+    assert (fill.p_easy, fill.p_hard) == pytest.approx((0.50, 0.50))
+    early = GresoSelector(8, delta_p=0.05, explore_when_short=True, adapt_from_epoch=2)
+    _step_with_batch(early, 0, kinds, train_batch_size=2)  # epoch 1 < adapt_from_epoch: no adaptation at all
+    assert (early.p_easy, early.p_hard) == (0.5, 0.5)

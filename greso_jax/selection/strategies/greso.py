@@ -10,9 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from greso_jax.core.specs import FLOAT, INT, ConfigError, Spec, field
+from greso_jax.core.specs import BOOL, FLOAT, INT, ConfigError, Spec, field
 from greso_jax.selection.base import OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_NONE, check_prompt_ids
 from greso_jax.selection.counter_rng import Stream
+from greso_jax.selection.groups import Group
 from greso_jax.selection.pass_sizing import sizing_field
 from greso_jax.selection.registry import register_strategy, register_variant
 from greso_jax.selection.settings import Ablation, StrategySettings
@@ -42,6 +43,9 @@ class GresoSettings(StrategySettings):
     adapt_from_epoch: int = field(1, Spec(INT, 0), "first epoch of the prompt stream whose steps adapt p_easy / "
                                   "p_hard (1: the reference, which waits until prompts have histories; 0: from "
                                   "the first step)")
+    explore_when_short: bool = field(False, Spec(BOOL), "a step whose batch came out short of train_batch_size "
+                                     "usable groups raises p_easy and p_hard by delta_p instead of following the "
+                                     "targets (ours; False: the paper's rule)")
     pass_sizing: str = sizing_field("adaptive")  # the paper's: DS's adaptive follow-ups
 
     def check_relations(self, prefix: str) -> None:
@@ -83,6 +87,7 @@ class GresoSelector(FilteringSelector):
         # One signed streak per prompt (4 bytes): +z = z all-correct rollouts in a row, -z = z all-incorrect,
         # 0 = last rollout mixed or never rolled out. The two streaks are exclusive, so one array holds both.
         self.streak = np.zeros(self.num_prompts, dtype=np.int32)
+        self.batch_short = False  # this step's batch had fewer usable groups than asked (set by finish_step)
         self._keep_table_cache: tuple[tuple[float, float], np.ndarray, int, int] | None = None
 
     @property
@@ -146,9 +151,23 @@ class GresoSelector(FilteringSelector):
             self.streak[prompt] = _next_streak(self.streak[prompt:prompt + 1], easy[row:row + 1],
                                                hard[row:row + 1])[0]
 
+    def finish_step(self, groups: list[Group], train_batch_size: int) -> list[Group]:
+        batch = super().finish_step(groups, train_batch_size)
+        self.batch_short = len(batch) < train_batch_size
+        return batch
+
     def _adapt(self) -> None:
         s = self.settings
+        short, self.batch_short = self.batch_short, False
         if self.step_groups == 0 or self.epoch < s.adapt_from_epoch:
+            return
+        if short and s.explore_when_short:
+            # The targets assume a pool deep enough that skipping only saves rollouts. On a pool the step
+            # cycles through, a skipper at its floor runs out of kept prompts before the batch fills
+            # (its passes re-read the pool and meet the same fixed decisions): the skipping then costs
+            # training signal, so it eases until the batch fills again.
+            self.p_easy = self._clamp(self.p_easy + s.delta_p)
+            self.p_hard = self._clamp(self.p_hard + s.delta_p)
             return
         easy_ratio = self.step_easy / self.step_groups
         hard_ratio = self.step_hard / self.step_groups
@@ -197,3 +216,5 @@ def _streak_keep_probabilities(p: float, max_streak: int = 1 << 20) -> np.ndarra
 # Ours, for the per-step learning diagnosis: a prompt solved once may still be at the frontier (one
 # all-correct group of 8 is common at a success rate of 0.8), so easy skips wait for three in a row.
 register_variant("greso_patient", "greso", easy_patience=3)
+# Ours, for a pool the step cycles through: skipping eases whenever the batch came out short.
+register_variant("greso_fill", "greso", explore_when_short=True)
