@@ -66,7 +66,7 @@ class PassConfig(StrategySettings):
     stream_in_flight: str = field("carry", Spec(STR, choices=("abort", "carry")),
                                   "stream mode, lanes in flight once the batch is full: carry (finish them and "
                                   "train their usable groups first next step, one step off-policy; measured on "
-                                  "the headline task: as accurate as abort at 7% less CPU a step) or abort (their "
+                                  "the headline task: as accurate as abort at 8% less CPU a step) or abort (their "
                                   "tokens counted as stream/aborted_tokens)")
 
     def check_relations(self, prefix: str) -> None:
