@@ -332,3 +332,21 @@ def test_explore_when_short_eases_skipping_after_a_short_batch_only():
     early = GresoSelector(8, delta_p=0.05, explore_when_short=True, adapt_from_epoch=2)
     _step_with_batch(early, 0, kinds, train_batch_size=2)  # epoch 1 < adapt_from_epoch: no adaptation at all
     assert (early.p_easy, early.p_hard) == (0.5, 0.5)
+
+
+def test_skip_easy_or_hard_off_keeps_that_side_for_sure():
+    """skip_easy False keeps every all-correct streak (probability 1) and leaves the hard side to the
+    paper's rule; skip_hard False the reverse; both False is refused, naming the fields."""
+    streaks = [0, 1, 3, -1, -3]
+    paper = GresoSelector(5, p_easy=0.5, p_hard=0.4, seed=0)
+    hard_only = GresoSelector(5, p_easy=0.5, p_hard=0.4, skip_easy=False, seed=0)
+    easy_only = GresoSelector(5, p_easy=0.5, p_hard=0.4, skip_hard=False, seed=0)
+    for selector in (paper, hard_only, easy_only):
+        selector.streak[:] = streaks
+    np.testing.assert_allclose(paper.keep_probabilities(np.arange(5)), [1, 0.5, 0.125, 0.4, 0.064])
+    np.testing.assert_allclose(hard_only.keep_probabilities(np.arange(5)), [1, 1, 1, 0.4, 0.064])
+    np.testing.assert_allclose(easy_only.keep_probabilities(np.arange(5)), [1, 0.5, 0.125, 1, 1])
+    kept = hard_only.should_keep(np.repeat(np.arange(5), 200).reshape(-1), epochs=np.arange(1000) // 5)
+    assert kept.reshape(5, 200)[:3].all() and kept.reshape(5, 200)[4].mean() < 0.3
+    with pytest.raises(Exception, match="skip_easy / .*skip_hard"):
+        GresoSelector(5, skip_easy=False, skip_hard=False)

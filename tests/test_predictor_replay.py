@@ -38,10 +38,10 @@ def test_stable_rates_are_ranked_and_the_keep_share_selects_the_informative():
     levels = np.full(rates.size, -1)
     replayed = predictor_replay.replay(trace, levels, 8)
     # those that predict, then the named variants that do (greso_patient: GRESO's streak score with a
-    # patience; greso_fill and mopps_authors: the same predictors as greso and mopps, another adaptation or
-    # step shape), then hindsight
-    assert list(replayed) == ["greso", "mopps", "posterior", "greso_patient", "greso_fill", "mopps_authors",
-                              "hindsight"]
+    # patience; greso_fill, the one-sided GRESOs and mopps_authors: the same predictors as greso and mopps,
+    # another adaptation, skip rule or step shape), then hindsight
+    assert list(replayed) == ["greso", "mopps", "posterior", "greso_patient", "greso_fill", "greso_hard_only",
+                              "greso_easy_only", "mopps_authors", "hindsight"]
     assert not replayed["greso"]["probability"] and replayed["mopps"]["probability"]
     rows = {r["predictor"]: r for r in predictor_replay.summarize(replayed)}
     assert rows["posterior"]["groups"] == 11 * 100  # the first step has no history
@@ -83,7 +83,8 @@ def test_script_replays_a_recorded_run(tmp_path, warm_policy, capsys):
     assert "| mixed |" in printed and "calibration of 'greso'" not in printed
     rows = json.loads(out.read_text())["pooled"]
     assert [r["predictor"] for r in rows] == ["greso", "mopps", "posterior", "greso_patient", "greso_fill",
-                                              "mopps_authors", "posterior decay=0.3 fit_prior=False", "hindsight"]
+                                              "greso_hard_only", "greso_easy_only", "mopps_authors",
+                                              "posterior decay=0.3 fit_prior=False", "hindsight"]
     assert len({r["groups"] for r in rows}) == 1 and rows[0]["groups"] > 0
     for argv in (["--predictors", "magic"], ["--with", "magic:x=1"], ["--with", "posterior:decay"]):
         with pytest.raises(SystemExit):

@@ -46,9 +46,15 @@ class GresoSettings(StrategySettings):
     explore_when_short: bool = field(False, Spec(BOOL), "a step whose batch came out short of train_batch_size "
                                      "usable groups raises p_easy and p_hard by delta_p instead of following the "
                                      "targets (ours; False: the paper's rule)")
+    skip_easy: bool = field(True, Spec(BOOL), "skip prompts on an all-correct streak (False: such prompts are always "
+                            "kept; ours, to measure what the easy skips cost)")
+    skip_hard: bool = field(True, Spec(BOOL), "skip prompts on an all-incorrect streak (False: always kept)")
     pass_sizing: str = sizing_field("adaptive")  # the paper's: DS's adaptive follow-ups
 
     def check_relations(self, prefix: str) -> None:
+        if not (self.skip_easy or self.skip_hard):
+            raise ConfigError(f"{prefix}.skip_easy / {prefix}.skip_hard: both False skips nothing; use "
+                              "dynamic_sampling for that")
         if self.p_min > self.p_max:
             raise ConfigError(f"{prefix}.p_min: {self.p_min} is above {prefix}.p_max {self.p_max}")
         for name in ("p_easy", "p_hard"):
@@ -64,7 +70,7 @@ class GresoSelector(FilteringSelector):
 
     A prompt whose last z consecutive rollouts were all correct is kept with probability
     max(p_easy ** z, 0.01); all incorrect, max(p_hard ** z, 0.01); otherwise (mixed last
-    rollout, or never rolled out) 1; with `easy_patience` / `hard_patience` k > 1 a streak shorter
+    rollout, or never rolled out) 1; `skip_easy` / `skip_hard` False keep one side's streaks for sure; with `easy_patience` / `hard_patience` k > 1 a streak shorter
     than k keeps the prompt and the exponent counts from the k-th (z - k + 1). After each step whose stream epoch is at least
     `adapt_from_epoch`, p_easy / p_hard move by `delta_p` toward the easy / hard zero-variance
     targets target_zero_variance/3 and 2·target/3 (the reference adapts from the second epoch:
@@ -112,7 +118,10 @@ class GresoSelector(FilteringSelector):
         """Keep probability per prompt, float64 [N]."""
         ids = check_prompt_ids(prompt_ids, self.num_prompts, "greso.keep_probabilities")
         table, longest_hard, longest_easy = self._keep_table()
-        streak = _past_patience(self.streak[ids], self.settings.easy_patience, self.settings.hard_patience)
+        s = self.settings
+        streak = _past_patience(self.streak[ids], s.easy_patience, s.hard_patience)
+        # A side that does not skip reads as "no streak": kept for sure.
+        streak = np.where(((streak > 0) & (not s.skip_easy)) | ((streak < 0) & (not s.skip_hard)), 0, streak)
         streak = np.clip(streak, -longest_hard, longest_easy)
         return table[streak + longest_hard]
 
@@ -218,3 +227,6 @@ def _streak_keep_probabilities(p: float, max_streak: int = 1 << 20) -> np.ndarra
 register_variant("greso_patient", "greso", easy_patience=3)
 # Ours, for a pool the step cycles through: skipping eases whenever the batch came out short.
 register_variant("greso_fill", "greso", explore_when_short=True)
+# Ours, for the per-step learning diagnosis: GRESO's gap split into what its easy and its hard skips cost.
+register_variant("greso_hard_only", "greso", skip_easy=False)
+register_variant("greso_easy_only", "greso", skip_hard=False)
