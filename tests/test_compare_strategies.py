@@ -104,6 +104,28 @@ def test_the_comparison_needs_the_baseline_and_variants_map_to_runs(tmp_path):
             "--config.selection.mopps.pass_sizing=exact"} <= set(overrides)
 
 
+def _finished_run(root, variant, seed, records):
+    workdir = compare_strategies.run_dir(str(root), variant, seed)
+    os.makedirs(workdir)
+    with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+    with open(os.path.join(workdir, "summary.json"), "w") as f:
+        json.dump({"steps": records[-1]["step"]}, f)
+
+
+def test_strategies_added_to_a_root_are_collected_with_its_baseline(tmp_path, capsys):
+    """--strategies without ds_fixed: its earlier runs in the root are collected for the pairing; with none
+    there the CLI says so in one line and exits 1 (the runs themselves are kept)."""
+    _finished_run(tmp_path, "greso", 0, _records([0.2, 0.45], 100, 1.0))
+    argv = ["--collect_only", "--strategies", "greso", "--seeds", "0", "--root", str(tmp_path)]
+    assert compare_strategies.main(argv) == 1
+    assert "ds_fixed has no finished run" in capsys.readouterr().err
+    _finished_run(tmp_path, "ds_fixed", 0, _records([0.2, 0.4], 300, 3.0))
+    runs = compare_strategies.collect_with_baseline(str(tmp_path), ["greso"], [0])
+    assert sorted(runs) == ["ds_fixed", "greso"] and runs["ds_fixed"][0][-1]["eval/accuracy"] == 0.4
+    assert compare_strategies.compare(runs)["strategies"]["greso"]["accuracy_final_vs_ds_fixed"] == pytest.approx(0.05)
+
+
 def test_report_has_the_tables_plots_and_json(tmp_path):
     runs = {"ds_fixed": {0: _records([0.2, 0.4], 300, 3.0)},
             "greso": {0: _records([0.2, 0.45], 100, 1.0, **{"selection/greso/p_easy": 0.5, "selection/greso/p_hard": 0.4})}}

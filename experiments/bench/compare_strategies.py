@@ -119,6 +119,12 @@ def collect(root: str, variants: Sequence[str], seeds: Sequence[int], log=print)
     return runs
 
 
+def collect_with_baseline(root: str, variants: Sequence[str], seeds: Sequence[int], log=print):
+    """`collect`, with the baseline's runs under `root` added when `variants` leaves it out: the report pairs
+    every strategy with it, so strategies added to a root whose baseline ran earlier are paired with those runs."""
+    return collect(root, variants if BASELINE in variants else [BASELINE, *variants], seeds, log=log)
+
+
 def _mean_std(values: Sequence[float]) -> tuple[float, float]:
     values = [v for v in values if v is not None and math.isfinite(v)]
     if not values:
@@ -249,7 +255,11 @@ def main(argv=None) -> int:
     seeds = [int(s) for s in parse_list(args.seeds, "seeds")]
     config_file = absolute_config(args.config)
     failed = [] if args.collect_only else run_all(config_file, variants, seeds, args.root, overrides)
-    runs = collect(args.root, variants, seeds)
+    runs = collect_with_baseline(args.root, variants, seeds)
+    if BASELINE not in runs:
+        print(f"no report: {BASELINE} has no finished run under {args.root} for seeds {seeds} (its final accuracy "
+              f"sets the target); add {BASELINE} to --strategies", file=sys.stderr)
+        return 1
     result = compare(runs)
     with open(os.path.join(run_dir(args.root, BASELINE, seeds[0]), "config.json")) as f:
         result["simulator"] = simulate(runs, json.load(f))
