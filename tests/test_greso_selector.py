@@ -346,7 +346,7 @@ def test_skip_easy_or_hard_off_keeps_that_side_for_sure():
     np.testing.assert_allclose(paper.keep_probabilities(np.arange(5)), [1, 0.5, 0.125, 0.4, 0.064])
     np.testing.assert_allclose(hard_only.keep_probabilities(np.arange(5)), [1, 1, 1, 0.4, 0.064])
     np.testing.assert_allclose(easy_only.keep_probabilities(np.arange(5)), [1, 0.5, 0.125, 1, 1])
-    kept = hard_only.should_keep(np.repeat(np.arange(5), 200).reshape(-1), epochs=np.arange(1000) // 5)
+    kept = hard_only.should_keep(np.repeat(np.arange(5), 200), epochs=np.arange(1000) // 5)
     assert kept.reshape(5, 200)[:3].all() and kept.reshape(5, 200)[4].mean() < 0.3
     with pytest.raises(Exception, match="skip_easy / .*skip_hard"):
         GresoSelector(5, skip_easy=False, skip_hard=False)

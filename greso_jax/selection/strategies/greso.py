@@ -70,8 +70,9 @@ class GresoSelector(FilteringSelector):
 
     A prompt whose last z consecutive rollouts were all correct is kept with probability
     max(p_easy ** z, 0.01); all incorrect, max(p_hard ** z, 0.01); otherwise (mixed last
-    rollout, or never rolled out) 1; `skip_easy` / `skip_hard` False keep one side's streaks for sure; with `easy_patience` / `hard_patience` k > 1 a streak shorter
-    than k keeps the prompt and the exponent counts from the k-th (z - k + 1). After each step whose stream epoch is at least
+    rollout, or never rolled out) 1; `skip_easy` / `skip_hard` False keep one side's streaks for
+    sure; with `easy_patience` / `hard_patience` k > 1 a streak shorter than k keeps the prompt and
+    the exponent counts from the k-th (z - k + 1). After each step whose stream epoch is at least
     `adapt_from_epoch`, p_easy / p_hard move by `delta_p` toward the easy / hard zero-variance
     targets target_zero_variance/3 and 2·target/3 (the reference adapts from the second epoch:
     before it no prompt has a history, nothing can be skipped, and adapting would only wind p
@@ -118,10 +119,7 @@ class GresoSelector(FilteringSelector):
         """Keep probability per prompt, float64 [N]."""
         ids = check_prompt_ids(prompt_ids, self.num_prompts, "greso.keep_probabilities")
         table, longest_hard, longest_easy = self._keep_table()
-        s = self.settings
-        streak = _past_patience(self.streak[ids], s.easy_patience, s.hard_patience)
-        # A side that does not skip reads as "no streak": kept for sure.
-        streak = np.where(((streak > 0) & (not s.skip_easy)) | ((streak < 0) & (not s.skip_hard)), 0, streak)
+        streak = _past_patience(self.streak[ids], self.settings.easy_patience, self.settings.hard_patience)
         streak = np.clip(streak, -longest_hard, longest_easy)
         return table[streak + longest_hard]
 
@@ -129,11 +127,13 @@ class GresoSelector(FilteringSelector):
         """Keep probability for every streak value from -longest_hard to +longest_easy.
 
         Beyond `longest` the probability no longer changes (it has reached the 0.01 floor, or
-        p == 1), so clipping the streak to it is exact and a lookup replaces 10^6 powers.
+        p == 1), so clipping the streak to it is exact and a lookup replaces 10^6 powers. A side that
+        does not skip (`skip_easy` / `skip_hard` False) is the table of p == 1: kept for sure.
         """
         if self._keep_table_cache is not None and self._keep_table_cache[0] == (self.p_easy, self.p_hard):
             return self._keep_table_cache[1:]
-        easy, hard = _streak_keep_probabilities(self.p_easy), _streak_keep_probabilities(self.p_hard)
+        easy = _streak_keep_probabilities(self.p_easy if self.settings.skip_easy else 1.0)
+        hard = _streak_keep_probabilities(self.p_hard if self.settings.skip_hard else 1.0)
         table = np.concatenate([hard[:0:-1], easy])
         self._keep_table_cache = ((self.p_easy, self.p_hard), table, hard.size - 1, easy.size - 1)
         return table, hard.size - 1, easy.size - 1
