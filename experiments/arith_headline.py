@@ -20,6 +20,10 @@ variants
               held-out (supervised on RL's own prompts the policy memorised them), and rollouts at
               temperature 0.9 (evaluation stays at 1.0; `--config.sampling.temperature=1.0` gives
               the setting of the earlier reports that ran `unseen` at 1.0).
+  long        `unseen` on a pool four times larger (12,000 prompts: an epoch of ~30 steps for ds_fixed
+              instead of ~8) for 400 steps (~10 epochs), so the selectors have history and the pool is
+              not consumed several times over between two looks at a prompt; checkpoints every 100
+              steps so a run killed with its session resumes.
 `experiments/bench/compare_strategies.py` runs every strategy on it.
 """
 
@@ -50,12 +54,18 @@ UNSEEN_WARMSTART_PROBLEMS = 3000
 # Rollouts (not evaluation) at 0.9: from vanilla and ds_fixed statistics alone, 0.9 met the room-to-learn
 # goal that 1.0 missed and raised consistency on every seed (experiments/results/2026-11-30-headline-regime.md).
 UNSEEN_ROLLOUT_TEMPERATURE = 0.9
-TASK_VARIANTS = ("consistent", "mastered", "unseen")
+# The `long` variant: the pool and run length of the papers' regime (issue 37), chosen on ds_fixed's
+# statistics on this pool at 150 steps (epoch 30-37 steps, 72-81% zero-variance groups late,
+# consistency 0.84-0.88: experiments/results/2026-12-05-stream-selectors-skip-sides-pool).
+LONG_POOL_PROMPTS = 12000
+LONG_STEPS = 400
+TASK_VARIANTS = ("consistent", "mastered", "unseen", "long")
 
 
 def get_config(variant: str = "greso"):
     options = [v.strip() for v in (variant or "greso").split(",") if v.strip()]
-    unseen = "unseen" in options
+    long_run = "long" in options
+    unseen = "unseen" in options or long_run
     consistent, mastered = "consistent" in options, "mastered" in options or unseen
     c = arith_tiny.get_config(",".join(v for v in options if v not in TASK_VARIANTS) or "greso")
     c.data.arith_level_weights = HEADLINE_LEVEL_WEIGHTS
@@ -83,4 +93,9 @@ def get_config(variant: str = "greso"):
     c.train.num_steps = 150 if unseen else 120  # the headline reports ran `unseen` for 150 steps
     c.eval.every_steps = 10
     c.checkpoint.every_steps = 0
+    if long_run:
+        c.data.arith_num_train = LONG_POOL_PROMPTS
+        c.train.num_steps = LONG_STEPS
+        c.eval.every_steps = 20
+        c.checkpoint.every_steps = 100
     return c

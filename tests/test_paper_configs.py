@@ -184,6 +184,11 @@ def test_the_headline_task_and_its_variants_validate_for_every_strategy():
         assert mastered.train.warmstart_num_problems == 0
         assert (unseen.data.arith_level_weights, unseen.train.warmstart_level_weights) == (
             mastered.data.arith_level_weights, mastered.train.warmstart_level_weights)
+        long_run = validate(headline.get_config(f"{name},long"))
+        assert long_run.selection.strategy == name and long_run.data.arith_num_train == 4 * unseen.data.arith_num_train
+        assert long_run.train.num_steps > unseen.train.num_steps and long_run.checkpoint.every_steps > 0
+        assert (long_run.train.warmstart_num_problems, long_run.sampling.temperature) == (
+            unseen.train.warmstart_num_problems, unseen.sampling.temperature)
 
 
 def test_a_paper_config_runs_at_a_smoke_shape_with_a_trained_tokenizer(shared_data, tmp_path):
