@@ -59,3 +59,26 @@ def test_gap_and_candidates_against_the_baseline_and_an_ablations_effect(tmp_pat
     # greso_patient equals ds_fixed (gap 0): its effect over GRESO is minus GRESO's gap, -(-0.075 + 0.025) / 2.
     assert "| greso_patient | greso | 2 | 0.025 [" in text
     assert "| greso | 2 | -0.025 [" in text
+
+
+def test_the_gap_by_stretch_of_the_run(tmp_path):
+    # GRESO 0.05 behind at step 1 and 0.15 behind at steps 2 and 3; it rolls out half of ds_fixed's responses
+    # from step 2 on; its audit finds 1 of 4 easy skips informative at step 1 and 3 of 4 at steps 2-3.
+    trace = _trace([([0, 1], [2, 1])])
+    _write_run(tmp_path / "ds_fixed" / "seed0", [0.2, 0.3, 0.4, 0.5], trace)
+    _write_run(tmp_path / "greso" / "seed0", [0.2, 0.25, 0.25, 0.35], trace)
+    records = [json.loads(line) for line in open(tmp_path / "greso" / "seed0" / "metrics.jsonl")]
+    for r in records[1:]:
+        r["rollout/num_responses"] = {1: 8, 2: 12, 3: 16}[r["step"]]
+        r["audit/easy_skips"], r["audit/easy_zero_variance"] = 4, (3 if r["step"] == 1 else 1)
+    with open(tmp_path / "greso" / "seed0" / "metrics.jsonl", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+    result = diagnosis.diagnose({"": str(tmp_path)}, ["greso"], [0], log=lambda *a: None, split_at=[1])
+    first, rest = result["greso"][0]["stretches"]
+    assert first["gap"] == pytest.approx(-0.05) and rest["gap"] == pytest.approx(-0.15)
+    assert first["responses_ratio"] == pytest.approx(1.0) and rest["responses_ratio"] == pytest.approx(16 / 8)
+    assert first["frontier_informative_share"] == pytest.approx(0.25)
+    assert rest["frontier_informative_share"] == pytest.approx(0.75)
+    text = diagnosis.tables(result, [], split_at=[1])
+    assert "| greso | 1-1 | 1 | -0.050 (n=1) | 1.00 (n=1) | 0.250 (n=1) |" in text
+    assert "| greso | 2-end | 1 | -0.150 (n=1) | 2.00 (n=1) | 0.750 (n=1) |" in text

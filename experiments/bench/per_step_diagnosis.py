@@ -21,7 +21,9 @@ Per run, against ds_fixed on the same seed and root:
     at each pass);
   - entropy: the mean actor/entropy; re-rolls: the share of groups repeated within their step.
 An --ablation A:B gives the paired effect of one change on the gap: gap(A) - gap(B) per seed.
-Means carry a Student-t 95% interval over seeds.
+--split_at S1,S2,... adds the run cut into stretches of steps (0, S1], (S1, S2], ..., (Sk, end]: per stretch
+the gap, ds_fixed's responses over the run's, and the frontier, to show whether a gap grows as the
+selector's histories lengthen. Means carry a Student-t 95% interval over seeds.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import numpy as np
 
 from experiments.bench.claim_report import mean_interval
 from greso_jax.run.records import read_group_trace, read_lines
-from greso_jax.run.run_stats import run_curves, step_mean, step_total
+from greso_jax.run.run_stats import number, run_curves, step_mean, step_total
 from greso_jax.selection import baseline
 
 BASELINE = baseline().name
@@ -64,22 +66,61 @@ def group_statistics(trace: Sequence[dict]) -> dict:
 def run_diagnosis(records: Sequence[dict], trace: Sequence[dict]) -> dict:
     """One run's candidate measures (coverage in absolute prompts; made relative by `paired`)."""
     groups = group_statistics(trace)
-    audited = step_total(records, "audit/easy_skips")
-    informative = 1.0 - step_total(records, "audit/easy_zero_variance") / audited if audited else float("nan")
     kept = step_total(records, "selection/kept")
     return {"mixed_prompts": groups["mixed_prompts"], "batch_groups": step_mean(records, "selection/batch_groups"),
             "concentration": groups["concentration"],
-            "signal": groups["signal"], "frontier_informative_share": informative, "entropy": step_mean(records, "actor/entropy"),
+            "signal": groups["signal"], "frontier_informative_share": frontier_share(records), "entropy": step_mean(records, "actor/entropy"),
             "reroll_share": step_total(records, "selection/repeated_groups") / kept if kept else float("nan")}
 
 
-def paired(records, trace, base_records, base_trace) -> dict:
-    """A run's gap and candidates beside ds_fixed's run on the same seed."""
+def accuracy_differences(records, base_records) -> list[tuple[int, float]]:
+    """(step, accuracy - ds_fixed's accuracy) at every evaluation step after 0 that both runs evaluated."""
     mine, base = run_curves(records), run_curves(base_records)
     at_base = dict(zip(base["eval_steps"], base["eval_accuracy"]))
-    shared = [(a, at_base[s]) for s, a in zip(mine["eval_steps"], mine["eval_accuracy"]) if s in at_base and s > 0]
-    out = {"gap": float(np.mean([a - b for a, b in shared])) if shared else float("nan"),
-           "final_diff": mine["eval_accuracy"][-1] - base["eval_accuracy"][-1] if shared else float("nan")}
+    return [(s, a - at_base[s]) for s, a in zip(mine["eval_steps"], mine["eval_accuracy"]) if s in at_base and s > 0]
+
+
+def stretch(records, first: int, last: float) -> list[dict]:
+    """The training-step records of steps first < step <= last."""
+    return [r for r in records if first < r.get("step", 0) <= last]
+
+
+def responses_in(records, first: int, last: float) -> float:
+    """Responses rolled out in steps first < step <= last (rollout/num_responses is cumulative)."""
+    def upto(step):
+        logged = [(r["step"], v) for r in records if 0 < r.get("step", 0) <= step
+                  and (v := number(r, "rollout/num_responses")) is not None]
+        return max(logged)[1] if logged else 0.0
+    return upto(last) - upto(first)
+
+
+def frontier_share(records) -> float:
+    """The share of the audited easy skips whose group was informative (NaN: none audited)."""
+    audited = step_total(records, "audit/easy_skips")
+    return 1.0 - step_total(records, "audit/easy_zero_variance") / audited if audited else float("nan")
+
+
+def stretches(records, base_records, split_at: Sequence[int]) -> list[dict]:
+    """Per stretch (0, S1], (S1, S2], ..., (Sk, end]: the gap, ds_fixed's responses over the run's, the frontier."""
+    bounds = [0, *split_at, math.inf]
+    differences = accuracy_differences(records, base_records)
+    out = []
+    for first, last in zip(bounds, bounds[1:]):
+        inside = [d for s, d in differences if first < s <= last]
+        mine = responses_in(records, first, last)
+        out.append({"gap": float(np.mean(inside)) if inside else float("nan"),
+                    "responses_ratio": responses_in(base_records, first, last) / mine if mine else float("nan"),
+                    "frontier_informative_share": frontier_share(stretch(records, first, last))})
+    return out
+
+
+def paired(records, trace, base_records, base_trace, split_at: Sequence[int] = ()) -> dict:
+    """A run's gap and candidates beside ds_fixed's run on the same seed."""
+    differences = accuracy_differences(records, base_records)
+    out = {"gap": float(np.mean([d for _, d in differences])) if differences else float("nan"),
+           "final_diff": differences[-1][1] if differences else float("nan")}
+    if split_at:
+        out["stretches"] = stretches(records, base_records, split_at)
     d, b = run_diagnosis(records, trace), run_diagnosis(base_records, base_trace)
     for key, measure in RELATIVE.items():
         out[key] = d[measure] / b[measure] if b[measure] else float("nan")
@@ -93,7 +134,8 @@ def load(workdir: str) -> tuple[list[dict], list[dict]]:
     return read_lines(os.path.join(workdir, "metrics.jsonl")), read_group_trace(workdir)
 
 
-def diagnose(roots: dict[str, str], strategies: Sequence[str], seeds: Sequence[int], log=print) -> dict:
+def diagnose(roots: dict[str, str], strategies: Sequence[str], seeds: Sequence[int], log=print,
+             split_at: Sequence[int] = ()) -> dict:
     """{name: {seed: paired numbers}} for every strategy x root whose runs and baseline run exist."""
     out: dict[str, dict[int, dict]] = {}
     for label, root in roots.items():
@@ -105,7 +147,7 @@ def diagnose(roots: dict[str, str], strategies: Sequence[str], seeds: Sequence[i
                 if not all(os.path.exists(os.path.join(d, "summary.json")) for d in (mine, base)):
                     log(f"{name} seed {seed}: run or its {BASELINE} run not finished, left out")
                     continue
-                out.setdefault(name, {})[seed] = paired(*load(mine), *load(base))
+                out.setdefault(name, {})[seed] = paired(*load(mine), *load(base), split_at=split_at)
     return out
 
 
@@ -117,7 +159,7 @@ def _cell(interval: dict, digits: int = 3) -> str:
     return f"{interval['mean']:.{digits}f} [{interval['low']:.{digits}f}, {interval['high']:.{digits}f}]"
 
 
-def tables(result: dict, ablations: Sequence[tuple[str, str]]) -> str:
+def tables(result: dict, ablations: Sequence[tuple[str, str]], split_at: Sequence[int] = ()) -> str:
     keys = ("gap", "final_diff", *CANDIDATES)
     lines = [f"**Per-step gap and candidate causes against {BASELINE}** (mean over seeds [95% t interval]; gap: "
              "mean accuracy difference over the evaluation steps; coverage: distinct prompts trained, share of "
@@ -137,6 +179,18 @@ def tables(result: dict, ablations: Sequence[tuple[str, str]]) -> str:
             gap = mean_interval([result[a][s]["gap"] - result[b][s]["gap"] for s in shared])
             final = mean_interval([result[a][s]["final_diff"] - result[b][s]["final_diff"] for s in shared])
             lines.append(f"| {a} | {b} | {len(shared)} | {_cell(gap)} | {_cell(final)} |")
+    if split_at:
+        lines += ["", f"**By stretch of the run** (gap; {BASELINE}'s responses over the strategy's; the share of its "
+                  "audited easy skips that were informative)", "",
+                  "| strategy | steps | seeds | gap | responses: fewer by | frontier |", "|---|---|---|---|---|---|"]
+        bounds = [0, *split_at]
+        for name, seeds in result.items():
+            for i, first in enumerate(bounds):
+                label = f"{first + 1}-{bounds[i + 1]}" if i + 1 < len(bounds) else f"{first + 1}-end"
+                rows = [r["stretches"][i] for r in seeds.values()]
+                cells = [_cell(mean_interval([r[k] for r in rows]), digits) for k, digits in
+                         (("gap", 3), ("responses_ratio", 2), ("frontier_informative_share", 3))]
+                lines.append(f"| {name} | {label} | {len(rows)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -154,13 +208,18 @@ def main(argv=None) -> int:
     parser.add_argument("--strategies", default="greso,posterior,mopps")
     parser.add_argument("--seeds", default="0,1,2,3,4")
     parser.add_argument("--ablation", action="append", default=[], help="A:B, the paired effect of A over B")
+    parser.add_argument("--split_at", default="", help="S1,S2,...: also the gap per stretch of steps")
     parser.add_argument("--out", default="", help="also write the tables to this markdown file")
     args = parser.parse_args(argv)
+    split_at = [int(s) for s in args.split_at.split(",") if s.strip()]
+    if split_at != sorted(set(split_at)) or any(s <= 0 for s in split_at):
+        parser.error(f"--split_at: expected increasing positive steps, got {args.split_at!r}")
     ablations = [tuple(a.split(":", 1)) for a in args.ablation]
     if any(len(a) != 2 for a in ablations):
         parser.error("--ablation takes A:B")
-    result = diagnose(_roots(args.root), args.strategies.split(","), [int(s) for s in args.seeds.split(",")])
-    text = tables(result, ablations)
+    result = diagnose(_roots(args.root), args.strategies.split(","), [int(s) for s in args.seeds.split(",")],
+                      split_at=split_at)
+    text = tables(result, ablations, split_at)
     print(text)
     if args.out:
         with open(args.out, "w") as f:
