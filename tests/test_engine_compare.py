@@ -47,3 +47,11 @@ def test_unknown_baseline_names_what_exists(tmp_path):
     _write_run(tmp_path / "passes" / "ds_fixed" / "seed0", 0.1, 1.0, 800)
     with pytest.raises(SystemExit):
         engine_compare.main([f"passes={tmp_path / 'passes'}", "--baseline", "ds_fixed@stream"])
+
+
+def test_a_baseline_linked_into_a_second_root_is_read_once(tmp_path):
+    _write_run(tmp_path / "passes" / "ds_fixed" / "seed0", 0.1, 1.0, 800)
+    _write_run(tmp_path / "stream" / "greso" / "seed0", 0.1, 0.4, 400)
+    os.symlink(tmp_path / "passes" / "ds_fixed", tmp_path / "stream" / "ds_fixed")
+    runs = engine_compare.read_runs({"passes": str(tmp_path / "passes"), "stream": str(tmp_path / "stream")})
+    assert set(runs) == {"ds_fixed@passes", "greso@stream"}

@@ -23,13 +23,17 @@ from greso_jax.run.run_stats import run_stats, step_total
 
 
 def read_runs(roots: dict[str, str]) -> dict[str, dict[int, list[dict]]]:
-    """{VARIANT@LABEL: {seed: records}} of every finished run (one with summary.json) under the roots."""
+    """{VARIANT@LABEL: {seed: records}} of every finished run (one with summary.json) under the roots. A
+    variant's folder linked into a later root (a shared baseline, so that compare_strategies.py pairs within
+    that root) is read once, under the first root's label."""
     runs: dict[str, dict[int, list[dict]]] = {}
+    seen: set[str] = set()
     for label, root in roots.items():
         for variant in sorted(os.listdir(root)):
             folder = os.path.join(root, variant)
-            if variant == "warmstart" or not os.path.isdir(folder):
+            if variant == "warmstart" or not os.path.isdir(folder) or os.path.realpath(folder) in seen:
                 continue
+            seen.add(os.path.realpath(folder))
             for seed_dir in sorted(os.listdir(folder)):
                 workdir = os.path.join(folder, seed_dir)
                 if seed_dir.startswith("seed") and is_finished(workdir):
