@@ -31,9 +31,10 @@ def read_runs(roots: dict[str, str]) -> dict[str, dict[int, list[dict]]]:
     for label, root in roots.items():
         for variant in sorted(os.listdir(root)):
             folder = os.path.join(root, variant)
-            if variant == "warmstart" or not os.path.isdir(folder) or os.path.realpath(folder) in seen:
+            real = os.path.realpath(folder)
+            if variant == "warmstart" or not os.path.isdir(folder) or real in seen:
                 continue
-            seen.add(os.path.realpath(folder))
+            seen.add(real)
             for seed_dir in sorted(os.listdir(folder)):
                 workdir = os.path.join(folder, seed_dir)
                 if seed_dir.startswith("seed") and is_finished(workdir):

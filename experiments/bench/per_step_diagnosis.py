@@ -29,6 +29,7 @@ selector's histories lengthen. Means carry a Student-t 95% interval over seeds.
 from __future__ import annotations
 
 import argparse
+import bisect
 import math
 import os
 import sys
@@ -38,7 +39,7 @@ import numpy as np
 
 from experiments.bench.claim_report import mean_interval
 from greso_jax.run.records import read_group_trace, read_lines
-from greso_jax.run.run_stats import number, run_curves, step_mean, step_total
+from greso_jax.run.run_stats import run_curves, step_mean, step_total
 from greso_jax.selection import baseline
 
 BASELINE = baseline().name
@@ -73,9 +74,9 @@ def run_diagnosis(records: Sequence[dict], trace: Sequence[dict]) -> dict:
             "reroll_share": step_total(records, "selection/repeated_groups") / kept if kept else float("nan")}
 
 
-def accuracy_differences(records, base_records) -> list[tuple[int, float]]:
-    """(step, accuracy - ds_fixed's accuracy) at every evaluation step after 0 that both runs evaluated."""
-    mine, base = run_curves(records), run_curves(base_records)
+def accuracy_differences(mine: dict, base: dict) -> list[tuple[int, float]]:
+    """(step, accuracy - ds_fixed's accuracy) at every evaluation step after 0 that both runs evaluated, from
+    the two runs' `run_curves`."""
     at_base = dict(zip(base["eval_steps"], base["eval_accuracy"]))
     return [(s, a - at_base[s]) for s, a in zip(mine["eval_steps"], mine["eval_accuracy"]) if s in at_base and s > 0]
 
@@ -85,12 +86,10 @@ def stretch(records, first: int, last: float) -> list[dict]:
     return [r for r in records if first < r.get("step", 0) <= last]
 
 
-def responses_in(records, first: int, last: float) -> float:
-    """Responses rolled out in steps first < step <= last (rollout/num_responses is cumulative)."""
+def responses_in(curves: dict, first: int, last: float) -> float:
+    """Responses rolled out in steps first < step <= last, from a run's `run_curves` (cumulative per step)."""
     def upto(step):
-        logged = [(r["step"], v) for r in records if 0 < r.get("step", 0) <= step
-                  and (v := number(r, "rollout/num_responses")) is not None]
-        return max(logged)[1] if logged else 0.0
+        return curves["responses"][bisect.bisect_right(curves["steps"], step) - 1]
     return upto(last) - upto(first)
 
 
@@ -100,27 +99,28 @@ def frontier_share(records) -> float:
     return 1.0 - step_total(records, "audit/easy_zero_variance") / audited if audited else float("nan")
 
 
-def stretches(records, base_records, split_at: Sequence[int]) -> list[dict]:
-    """Per stretch (0, S1], (S1, S2], ..., (Sk, end]: the gap, ds_fixed's responses over the run's, the frontier."""
+def stretches(records, mine: dict, base: dict, differences, split_at: Sequence[int]) -> list[dict]:
+    """Per stretch (0, S1], (S1, S2], ..., (Sk, end]: the gap, ds_fixed's responses over the run's, the frontier.
+    `mine` / `base`: the two runs' `run_curves`; `differences`: their `accuracy_differences`."""
     bounds = [0, *split_at, math.inf]
-    differences = accuracy_differences(records, base_records)
     out = []
     for first, last in zip(bounds, bounds[1:]):
         inside = [d for s, d in differences if first < s <= last]
-        mine = responses_in(records, first, last)
+        responses = responses_in(mine, first, last)
         out.append({"gap": float(np.mean(inside)) if inside else float("nan"),
-                    "responses_ratio": responses_in(base_records, first, last) / mine if mine else float("nan"),
+                    "responses_ratio": responses_in(base, first, last) / responses if responses else float("nan"),
                     "frontier_informative_share": frontier_share(stretch(records, first, last))})
     return out
 
 
 def paired(records, trace, base_records, base_trace, split_at: Sequence[int] = ()) -> dict:
     """A run's gap and candidates beside ds_fixed's run on the same seed."""
-    differences = accuracy_differences(records, base_records)
+    mine, base = run_curves(records), run_curves(base_records)
+    differences = accuracy_differences(mine, base)
     out = {"gap": float(np.mean([d for _, d in differences])) if differences else float("nan"),
            "final_diff": differences[-1][1] if differences else float("nan")}
     if split_at:
-        out["stretches"] = stretches(records, base_records, split_at)
+        out["stretches"] = stretches(records, mine, base, differences, split_at)
     d, b = run_diagnosis(records, trace), run_diagnosis(base_records, base_trace)
     for key, measure in RELATIVE.items():
         out[key] = d[measure] / b[measure] if b[measure] else float("nan")
@@ -183,10 +183,9 @@ def tables(result: dict, ablations: Sequence[tuple[str, str]], split_at: Sequenc
         lines += ["", f"**By stretch of the run** (gap; {BASELINE}'s responses over the strategy's; the share of its "
                   "audited easy skips that were informative)", "",
                   "| strategy | steps | seeds | gap | responses: fewer by | frontier |", "|---|---|---|---|---|---|"]
-        bounds = [0, *split_at]
         for name, seeds in result.items():
-            for i, first in enumerate(bounds):
-                label = f"{first + 1}-{bounds[i + 1]}" if i + 1 < len(bounds) else f"{first + 1}-end"
+            for i, (first, last) in enumerate(zip([0, *split_at], [*split_at, "end"])):
+                label = f"{first + 1}-{last}"
                 rows = [r["stretches"][i] for r in seeds.values()]
                 cells = [_cell(mean_interval([r[k] for r in rows]), digits) for k, digits in
                          (("gap", 3), ("responses_ratio", 2), ("frontier_informative_share", 3))]
