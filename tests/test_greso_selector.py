@@ -301,6 +301,9 @@ def test_patience_keeps_short_streaks_and_counts_the_exponent_from_the_patience(
     paper = GresoSelector(6, p_easy=0.5, p_hard=0.4, seed=0)
     paper.streak[:] = selector.streak
     np.testing.assert_allclose(paper.keep_probabilities(np.arange(6)), [1, 0.5, 0.25, 0.125, 0.0625, 0.16])
+    # The prediction ranks as the rule skips: streaks short of the patience score as a mixed prompt.
+    np.testing.assert_array_equal(selector.predicted_zero_variance(np.arange(6)), [0, 0, 0, 1, 2, 2])
+    np.testing.assert_array_equal(paper.predicted_zero_variance(np.arange(6)), [0, 1, 2, 3, 4, 2])
     with pytest.raises(Exception, match="easy_patience"):
         GresoSelector(6, easy_patience=0)
 
@@ -346,6 +349,9 @@ def test_skip_easy_or_hard_off_keeps_that_side_for_sure():
     np.testing.assert_allclose(paper.keep_probabilities(np.arange(5)), [1, 0.5, 0.125, 0.4, 0.064])
     np.testing.assert_allclose(hard_only.keep_probabilities(np.arange(5)), [1, 1, 1, 0.4, 0.064])
     np.testing.assert_allclose(easy_only.keep_probabilities(np.arange(5)), [1, 0.5, 0.125, 1, 1])
+    # A side that does not skip predicts nothing there: its streaks score as a mixed prompt's.
+    np.testing.assert_array_equal(hard_only.predicted_zero_variance(np.arange(5)), [0, 0, 0, 1, 3])
+    np.testing.assert_array_equal(easy_only.predicted_zero_variance(np.arange(5)), [0, 1, 3, 0, 0])
     kept = hard_only.should_keep(np.repeat(np.arange(5), 200), epochs=np.arange(1000) // 5)
     assert kept.reshape(5, 200)[:3].all() and kept.reshape(5, 200)[4].mean() < 0.3
     with pytest.raises(Exception, match="skip_easy / .*skip_hard"):

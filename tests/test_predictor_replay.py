@@ -37,9 +37,9 @@ def test_stable_rates_are_ranked_and_the_keep_share_selects_the_informative():
     trace = _trace(rates, steps=12)
     levels = np.full(rates.size, -1)
     replayed = predictor_replay.replay(trace, levels, 8)
-    # those that predict, then the named variants that do (greso_patient: GRESO's streak score with a
-    # patience; greso_fill, the one-sided GRESOs and mopps_authors: the same predictors as greso and mopps,
-    # another adaptation, skip rule or step shape), then hindsight
+    # those that predict, then the named variants that do (greso_patient and the one-sided GRESOs: GRESO's
+    # streak score as their rules count it; greso_fill and mopps_authors: the same predictors as greso and
+    # mopps, another adaptation or step shape), then hindsight
     assert list(replayed) == ["greso", "mopps", "posterior", "greso_patient", "greso_fill", "greso_hard_only",
                               "greso_easy_only", "mopps_authors", "hindsight"]
     assert not replayed["greso"]["probability"] and replayed["mopps"]["probability"]
@@ -49,6 +49,9 @@ def test_stable_rates_are_ranked_and_the_keep_share_selects_the_informative():
         assert rows[name]["auc"] > 0.85
         assert rows[name]["informative_kept_0.2"] > 0.9  # the kept fifth is the mixed quarter
     assert rows["greso"]["auc"] > 0.7 and np.isnan(rows["greso"]["brier"])  # a score, not a chance
+    # Each GRESO variant is replayed with its own rule: the one-sided ones rank only one side's streaks.
+    assert rows["greso_fill"]["auc"] == rows["greso"]["auc"]
+    assert len({rows[n]["auc"] for n in ("greso", "greso_hard_only", "greso_easy_only")}) == 3
     base = rows["hindsight"]["informative_kept_0.5"]
     assert rows["posterior"]["informative_kept_0.2"] > base
     bins = predictor_replay.calibration(replayed["posterior"]["scores"], replayed["posterior"]["zero_variance"])

@@ -143,10 +143,15 @@ class GresoSelector(FilteringSelector):
         return self.occurrence_uniforms(ids, epochs, Stream.GRESO_KEEP) < self.keep_probabilities(ids)
 
     def predicted_zero_variance(self, prompt_ids) -> np.ndarray:
-        """The streak's length |z|, float64 [N]: the longer a prompt has been all correct or all incorrect,
-        the likelier its next group is too (the order GRESO's keep rule skips in at p_easy = p_hard)."""
+        """The streak's length as the keep rule counts it, float64 [N]: the longer a prompt has been all
+        correct or all incorrect, the likelier its next group is too (the order the rule skips in at
+        p_easy = p_hard). The rule's own view: counted from the patience on (a streak shorter than its
+        patience scores 0, as a mixed prompt), and 0 on a side that does not skip."""
         ids = check_prompt_ids(prompt_ids, self.num_prompts, "greso.predicted_zero_variance")
-        return np.abs(self.streak[ids]).astype(np.float64)
+        s = self.settings
+        streak = _past_patience(self.streak[ids], s.easy_patience, s.hard_patience)
+        streak = np.where(streak > 0, streak * s.skip_easy, -streak * s.skip_hard)
+        return streak.astype(np.float64)
 
     def _skip_kinds(self, ids: np.ndarray) -> np.ndarray:
         streak = self.streak[ids]
