@@ -25,7 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
-from experiments.bench.claim_report import mean_interval
+from experiments.bench.claim_report import _interval_cell, mean_interval
 from greso_jax.selection import baseline
 
 TRAIN_DRAW_SEED = 20261205  # the draw of training rows every run is graded on
@@ -95,12 +95,6 @@ def paired_table(per_run: dict[str, dict[int, dict]], base: str) -> list[dict]:
     return rows
 
 
-def _cell(v: dict) -> str:
-    if v["n"] < 2:
-        return f"{v['mean']:+.3f}"
-    return f"{v['mean']:+.3f} [{v['low']:+.3f}, {v['high']:+.3f}]"
-
-
 def tables(per_run: dict[str, dict[int, dict]], base: str) -> str:
     lines = ["**Per run** (checkpoint step; accuracy on the held-out set and on the drawn training rows; gap = "
              "training − held-out; the drawn rows' mean times trained and share never trained)", "",
@@ -114,7 +108,7 @@ def tables(per_run: dict[str, dict[int, dict]], base: str) -> str:
               "| strategy | seeds | held-out | training pool | gap | times trained | never trained |",
               "|---|---|---|---|---|---|---|"]
     for row in paired_table(per_run, base):
-        lines.append(f"| {row['strategy']} | {row['seeds']} | " + " | ".join(_cell(row[f]) for f in FIELDS) + " |")
+        lines.append(f"| {row['strategy']} | {row['seeds']} | " + " | ".join(_interval_cell(row[f]) for f in FIELDS) + " |")
     return "\n".join(lines) + "\n"
 
 
