@@ -56,6 +56,7 @@ TOOLS = ["greso_jax/selection/sim/runner.py", "greso_jax/selection/sim/populatio
          "experiments/bench/selection_sim.py", "experiments/bench/selection_sweep.py",
          "experiments/bench/predictor_replay.py", "experiments/bench/compare_strategies.py",
          "experiments/bench/strategy_report.py", "experiments/bench/generalization_gap.py",
+         "experiments/bench/precise_eval.py",
          "experiments/ablate_delta_p.py"]
 # The base config's default has to name a strategy; the paper's prompt template and reward share GRESO's name.
 NOT_NAMING = ('c.selection.strategy = "greso"', 'c.data.prompt_template = "greso"', 'c.data.reward_shaping = "greso"')

@@ -26,6 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from experiments.bench.claim_report import _interval_cell, mean_interval
+from experiments.bench.precise_eval import grading_pool, open_checkpoint
 from greso_jax.selection import baseline
 
 TRAIN_DRAW_SEED = 20261205  # the draw of training rows every run is graded on
@@ -49,31 +50,21 @@ def train_draw(num_rows: int, num_problems: int) -> np.ndarray:
 
 def grade_run(workdir: str, step: int | None, num_problems: int, log=print) -> dict:
     """Held-out and training-pool accuracy of one run's checkpoint, and the drawn rows' times trained."""
-    from greso_jax.evaluate import resolve_checkpoint, run_config
-    from greso_jax.parallel.sharding import mesh_from_config
-    from greso_jax.rewards.pool import GradingPool
-    from greso_jax.run.build import build_tokenizer, eval_settings, load_policy, rows_from_config
     from greso_jax.run.records import read_group_trace
     from greso_jax.run.scoring import sample_and_grade
 
-    path = os.path.join(workdir, "checkpoints", str(step)) if step is not None else workdir
-    source = resolve_checkpoint(path, log=lambda *a: None)
-    config = run_config(source, None)
-    train_rows, eval_sets = rows_from_config(config)
-    if "synthetic" not in eval_sets:
-        raise ValueError(f"{workdir}: the run has no arithmetic held-out set (data.source must be arith)")
-    drawn = train_draw(len(train_rows), num_problems)
-    mesh = mesh_from_config(config.mesh)
-    model = load_policy(config, mesh, workdir=source.path, step=source.step)
-    tokenizer, settings = build_tokenizer(config), eval_settings(config)
-    with GradingPool(num_workers=config.data.grading_workers, timeout_s=config.data.grading_timeout_s) as pool:
-        heldout = sample_and_grade(model, tokenizer, eval_sets["synthetic"], settings, pool=pool, mesh=mesh)
-        train = sample_and_grade(model, tokenizer, [train_rows[i] for i in drawn], settings, pool=pool, mesh=mesh)
-    trained = times_trained(read_group_trace(workdir), len(train_rows))[drawn]
-    result = {"step": source.step, "heldout": float(heldout.mean()), "train": float(train.mean()),
+    checkpoint = open_checkpoint(workdir, step)
+    drawn = train_draw(len(checkpoint.train_rows), num_problems)
+    model, tokenizer, settings, mesh = checkpoint.model, checkpoint.tokenizer, checkpoint.settings, checkpoint.mesh
+    with grading_pool(checkpoint.config) as pool:
+        heldout = sample_and_grade(model, tokenizer, checkpoint.eval_sets["synthetic"], settings, pool=pool, mesh=mesh)
+        train = sample_and_grade(model, tokenizer, [checkpoint.train_rows[i] for i in drawn], settings, pool=pool,
+                                 mesh=mesh)
+    trained = times_trained(read_group_trace(workdir), len(checkpoint.train_rows))[drawn]
+    result = {"step": checkpoint.step, "heldout": float(heldout.mean()), "train": float(train.mean()),
               "times_trained": float(trained.mean()), "never_trained": float(np.mean(trained == 0))}
     result["gap"] = result["train"] - result["heldout"]
-    log(f"  {workdir} step {source.step}: held-out {result['heldout']:.4f}, training pool {result['train']:.4f}")
+    log(f"  {workdir} step {checkpoint.step}: held-out {result['heldout']:.4f}, training pool {result['train']:.4f}")
     return result
 
 

@@ -1,0 +1,239 @@
+"""Held-out accuracy without most of the evaluation's sampling noise: each run's checkpoints regraded with
+many samples per prompt, paired by seed against ds_fixed.
+
+  python experiments/bench/precise_eval.py --root runs/long --strategies greso@fixed,greso_patient@fixed \
+      [--seeds 0,1,2,3,4] [--steps 200,300,400] [--samples 32] [--cache FILE.json] [--out FILE.md]
+
+A run's own evaluation samples each held-out prompt eval.num_samples times (4) at temperature 1, so its
+accuracy carries sampling noise: with per-prompt success rates p_i over P prompts, a K-sample accuracy has
+variance mean_i(p_i (1 - p_i)) / (K P), and a paired difference of two runs the sum of two such: on the
+arithmetic headline a standard deviation of the order of the differences the claim reports. Sampling noise is not a property of the policy, and more samples remove it, where more seeds only average
+it. For each run ROOT/VARIANT/seedS and each checkpoint step this tool samples --samples responses per
+held-out prompt with the run's own evaluation settings and seed (paired runs share the seed, hence the
+sampling keys) and reports, per strategy and step, the paired difference to ds_fixed with a Student-t 95%
+interval over seeds, beside the same difference from the runs' own evaluations, and the sampling standard
+deviation each carries (estimated from the per-prompt counts). What remains in the interval is how the
+runs trained: only more seeds narrow that.
+
+Graded checkpoints are kept in --cache (keyed by the run's real path, step and samples), so a second call,
+another root whose baseline is a link to the same runs, or a killed call resumes without regrading.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+from experiments.bench.claim_report import _interval_cell, mean_interval
+from greso_jax.selection import baseline
+
+
+class Checkpoint(NamedTuple):
+    """One run's checkpoint ready to sample: its config, the step it holds, the policy and what sampling it
+    needs, and the rows of its training pool and evaluation sets."""
+
+    config: object
+    step: int
+    model: object
+    tokenizer: object
+    mesh: object
+    settings: object
+    train_rows: list
+    eval_sets: dict
+
+
+def open_checkpoint(workdir: str, step: int | None) -> Checkpoint:
+    """The checkpoint of run `workdir` at `step` (None: its newest), with the run's evaluation settings."""
+    from greso_jax.evaluate import resolve_checkpoint, run_config
+    from greso_jax.parallel.sharding import mesh_from_config
+    from greso_jax.run.build import build_tokenizer, eval_settings, load_policy, rows_from_config
+
+    path = os.path.join(workdir, "checkpoints", str(step)) if step is not None else workdir
+    source = resolve_checkpoint(path, log=lambda *a: None)
+    config = run_config(source, None)
+    train_rows, eval_sets = rows_from_config(config)
+    if "synthetic" not in eval_sets:
+        raise ValueError(f"{workdir}: the run has no arithmetic held-out set (data.source must be arith)")
+    mesh = mesh_from_config(config.mesh)
+    model = load_policy(config, mesh, workdir=source.path, step=source.step)
+    return Checkpoint(config, source.step, model, build_tokenizer(config), mesh, eval_settings(config), train_rows,
+                      eval_sets)
+
+
+def grading_pool(config):
+    from greso_jax.rewards.pool import GradingPool
+
+    return GradingPool(num_workers=config.data.grading_workers, timeout_s=config.data.grading_timeout_s)
+
+
+def recorded_accuracy(workdir: str, step: int) -> float | None:
+    """The run's own evaluation accuracy at `step` (metrics.jsonl), None if it did not evaluate there."""
+    from greso_jax.run.records import read_metrics
+
+    values = [r["eval/accuracy"] for r in read_metrics(workdir) if r.get("step") == step and "eval/accuracy" in r]
+    return float(values[-1]) if values else None
+
+
+def sampling_sd(correct_counts: Sequence[int], counted_samples: int, samples: int) -> float:
+    """Standard deviation of a `samples`-sample held-out accuracy from sampling alone, estimated from
+    per-prompt correct counts out of `counted_samples` (p(1 - p) unbiased: times K / (K - 1))."""
+    k = counted_samples
+    p = np.asarray(correct_counts, np.float64) / k
+    variance = p * (1 - p) * (k / (k - 1) if k > 1 else 1.0)
+    return float(math.sqrt(variance.mean() / (samples * p.size)))
+
+
+def grade_checkpoint(workdir: str, step: int, samples: int) -> dict:
+    """One checkpoint's held-out accuracy with `samples` samples per prompt, the run's own recorded
+    accuracy at that step, and the per-prompt correct counts."""
+    import dataclasses
+
+    from greso_jax.run.scoring import sample_and_grade
+
+    checkpoint = open_checkpoint(workdir, step)
+    settings = dataclasses.replace(checkpoint.settings, num_samples=samples)
+    with grading_pool(checkpoint.config) as pool:
+        correct = sample_and_grade(checkpoint.model, checkpoint.tokenizer, checkpoint.eval_sets["synthetic"], settings,
+                                   pool=pool, mesh=checkpoint.mesh)
+    return {"step": checkpoint.step, "samples": samples, "accuracy": float(correct.mean()),
+            "recorded": recorded_accuracy(workdir, checkpoint.step),
+            "recorded_samples": int(checkpoint.config.eval.num_samples),
+            "correct_counts": correct.sum(axis=1).astype(int).tolist()}
+
+
+def cache_key(workdir: str, step: int, samples: int) -> str:
+    return f"{os.path.realpath(workdir)}@{step}x{samples}"
+
+
+def load_cache(path: str) -> dict:
+    if not path or not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
+def save_cache(path: str, cache: dict) -> None:
+    if not path:
+        return
+    partial = f"{path}.partial"
+    with open(partial, "w") as f:
+        json.dump(cache, f)
+    os.replace(partial, path)
+
+
+def with_noise(graded: dict) -> dict:
+    """A graded checkpoint with the sampling standard deviation of its own accuracy and of its run's
+    recorded one."""
+    counts, k = graded["correct_counts"], graded["samples"]
+    return {**graded, "sd": sampling_sd(counts, k, k), "recorded_sd": sampling_sd(counts, k, graded["recorded_samples"])}
+
+
+def paired_rows(per_run: dict[str, dict[int, dict[int, dict]]], base: str) -> list[dict]:
+    """Per strategy (not the baseline) and step: the precise and the recorded accuracy differences to the
+    baseline on the seeds both graded there, with 95% t intervals, the per-seed precise differences, and
+    the root-mean-square sampling standard deviation of one paired difference of each kind."""
+    rows = []
+    for strategy, seeds in per_run.items():
+        if strategy == base:
+            continue
+        steps = sorted({step for by_step in seeds.values() for step in by_step})
+        for step in steps:
+            common = sorted(s for s in seeds if step in seeds[s] and step in per_run.get(base, {}).get(s, {}))
+            if not common:
+                continue
+            pairs = [(seeds[s][step], per_run[base][s][step]) for s in common]
+            diffs = [a["accuracy"] - b["accuracy"] for a, b in pairs]
+            recorded = [a["recorded"] - b["recorded"] for a, b in pairs
+                        if a["recorded"] is not None and b["recorded"] is not None]
+            rows.append({"strategy": strategy, "step": step, "seeds": common, "diff": mean_interval(diffs),
+                         "per_seed": diffs, "recorded_diff": mean_interval(recorded),
+                         "sd": math.sqrt(np.mean([a["sd"] ** 2 + b["sd"] ** 2 for a, b in pairs])),
+                         "recorded_sd": math.sqrt(np.mean([a["recorded_sd"] ** 2 + b["recorded_sd"] ** 2
+                                                           for a, b in pairs]))})
+    return rows
+
+
+def tables(per_run: dict[str, dict[int, dict[int, dict]]], base: str) -> str:
+    samples = sorted({g["samples"] for seeds in per_run.values() for by_step in seeds.values() for g in by_step.values()})
+    recorded = sorted({g["recorded_samples"] for seeds in per_run.values() for by_step in seeds.values()
+                       for g in by_step.values()})
+    k, k_rec = "/".join(map(str, samples)), "/".join(map(str, recorded))
+    lines = [f"**Paired against {base}** (strategy − {base} on the same seed and step, mean [95% t interval]; "
+             f"precise: {k} samples a prompt, recorded: the runs' own evaluation, {k_rec} samples; sampling SD: "
+             "the standard deviation one paired difference carries from sampling alone)", "",
+             "| strategy | step | seeds | Δ precise | Δ recorded | per seed (precise) | sampling SD precise | "
+             "sampling SD recorded |", "|---|---|---|---|---|---|---|---|"]
+    for row in paired_rows(per_run, base):
+        per_seed = ", ".join(f"{d:+.3f}" for d in row["per_seed"])
+        lines.append(f"| {row['strategy']} | {row['step']} | {len(row['seeds'])} | {_interval_cell(row['diff'])} | "
+                     f"{_interval_cell(row['recorded_diff'])} | {per_seed} | {row['sd']:.4f} | {row['recorded_sd']:.4f} |")
+    lines += ["", f"**Per run** (held-out accuracy, precise and recorded, and the sampling SD of each)", "",
+              "| strategy | seed | step | precise | recorded | sampling SD precise | sampling SD recorded |",
+              "|---|---|---|---|---|---|---|"]
+    for strategy, seeds in per_run.items():
+        for seed, by_step in sorted(seeds.items()):
+            for step, g in sorted(by_step.items()):
+                rec = "—" if g["recorded"] is None else f"{g['recorded']:.4f}"
+                lines.append(f"| {strategy} | {seed} | {step} | {g['accuracy']:.4f} | {rec} | {g['sd']:.4f} | "
+                             f"{g['recorded_sd']:.4f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", required=True, help="folder of ROOT/VARIANT/seedS runs (compare_strategies.py)")
+    parser.add_argument("--strategies", required=True, help="comma-separated variants; the baseline is added")
+    parser.add_argument("--seeds", default="0,1,2,3,4")
+    parser.add_argument("--steps", default="", help="comma-separated checkpoint steps (default: each run's newest)")
+    parser.add_argument("--samples", type=int, default=32, help="samples per held-out prompt")
+    parser.add_argument("--cache", default="", help="JSON file of graded checkpoints, read and extended")
+    parser.add_argument("--out", default="", help="also write the tables to this markdown file")
+    args = parser.parse_args(argv)
+    if args.samples < 2:
+        parser.error("--samples must be >= 2 (the sampling SD needs two samples a prompt)")
+    try:
+        steps = [int(s) for s in args.steps.split(",") if s.strip()] or [None]
+    except ValueError:
+        parser.error(f"--steps must be comma-separated integers, got {args.steps!r}")
+    base = baseline().name
+    strategies = [base] + [s.strip() for s in args.strategies.split(",") if s.strip() and s.strip() != base]
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    cache = load_cache(args.cache)
+    per_run: dict[str, dict[int, dict[int, dict]]] = {}
+    for strategy in strategies:
+        for seed in seeds:
+            workdir = os.path.join(args.root, strategy, f"seed{seed}")
+            if not os.path.isdir(os.path.join(workdir, "checkpoints")):
+                print(f"  {workdir}: no checkpoints, left out", file=sys.stderr)
+                continue
+            for step in steps:
+                if step is not None and not os.path.isdir(os.path.join(workdir, "checkpoints", str(step))):
+                    print(f"  {workdir}: no checkpoint at step {step}, left out", file=sys.stderr)
+                    continue
+                key = cache_key(workdir, step, args.samples) if step is not None else None
+                graded = cache.get(key) if key else None
+                if graded is None:
+                    graded = grade_checkpoint(workdir, step, args.samples)
+                    cache[cache_key(workdir, graded["step"], args.samples)] = graded
+                    save_cache(args.cache, cache)
+                    print(f"  {workdir} step {graded['step']}: {graded['accuracy']:.4f} ({args.samples} samples), "
+                          f"recorded {graded['recorded']}", file=sys.stderr)
+                per_run.setdefault(strategy, {}).setdefault(seed, {})[graded["step"]] = with_noise(graded)
+    if base not in per_run:
+        parser.error(f"no {base} run under {args.root} for seeds {args.seeds}: nothing to pair against")
+    text = tables(per_run, base)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
