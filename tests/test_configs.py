@@ -44,6 +44,7 @@ BAD_CASES = [
     ("model.dtype", "float8"),
     ("model.preset", "gpt-5"),
     ("seed", True),
+    ("replicate", -1),
     ("data.source", "csv"),
     ("checkpoint.keep", 0),
     ("train.warmstart_accuracy_low", 1.5),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 import ml_collections
+import numpy as np
 
 from greso_jax import selection
 from greso_jax.sampling.shapes import DEFAULT_PROMPT_BUCKETS, DEFAULT_ROW_BUCKETS
@@ -21,6 +22,8 @@ def get_config() -> ml_collections.ConfigDict:
     """The base config: every section, defaults sized for the tiny CPU experiment."""
     c = ml_collections.ConfigDict()
     c.seed = 0
+    # > 0: an independent replicate of the seed's RL (rl_seed): the same start, other draws
+    c.replicate = 0
 
     c.model = ml_collections.ConfigDict()
     c.model.preset = "tiny"  # a name from greso_jax.models.PRESETS; ignored when path is set
@@ -150,3 +153,15 @@ def get_config() -> ml_collections.ConfigDict:
     c.logging.wandb_run_name = ""  # "" = the workdir's name
     c.logging.group_trace = False  # groups.jsonl: every rolled-out group's prompt and correct count, per step
     return c
+
+
+def rl_seed(config) -> int:
+    """The seed RL's own draws come from (the data order, rollouts, the selector, the skip audit): the run's
+    seed, or for replicate r > 0 a stream of its own. The policy's initialisation, warm start and
+    evaluation keys stay the seed's, so replicates of one seed start from one policy and are evaluated
+    alike: two of them differ only in what RL drew, which is the noise floor of a comparison paired by
+    seed (an A/A test). Configs saved before the field existed read as replicate 0."""
+    replicate = int(config.get("replicate", 0))
+    if replicate == 0:
+        return int(config.seed)
+    return int(np.random.SeedSequence([int(config.seed), replicate]).generate_state(1)[0] >> 1)

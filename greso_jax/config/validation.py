@@ -53,6 +53,7 @@ def _dataset_name(value) -> str | None:
 
 FIELD_SPECS: dict[str, Spec] = {
     "seed": Spec(INT, 0),
+    "replicate": Spec(INT, 0),
     "model.preset": Spec(STR),
     "model.path": Spec(STR),
     "model.dtype": Spec(STR, choices=DTYPES),

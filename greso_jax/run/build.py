@@ -22,6 +22,7 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from greso_jax import selection
+from greso_jax.config import rl_seed
 from greso_jax.data import arith, catalog
 from greso_jax.data.prompts import format_prompt
 from greso_jax.data.rows import PromptRows
@@ -102,7 +103,7 @@ def selector_from_config(config, num_prompts: int, prompt_levels=None) -> select
     sel = config.selection
     passes = selection.PassConfig(**{f.name: sel[f.name] for f in dataclasses.fields(selection.PassConfig)})
     return selection.make_selector(sel.strategy, num_prompts=num_prompts, group_size=int(config.rl.group_size),
-                                   seed=int(config.seed), passes=passes, settings=sel.get(sel.strategy),
+                                   seed=rl_seed(config), passes=passes, settings=sel.get(sel.strategy),
                                    checked=True, prompt_levels=prompt_levels)
 
 

@@ -20,6 +20,7 @@ from flax import nnx
 
 from greso_jax.parallel import multihost
 from greso_jax.rewards.pool import score_across_hosts
+from greso_jax.config import rl_seed
 from greso_jax.sampling import SampleOutput, generate_in_chunks
 from greso_jax.sampling.stream import LaneEngine
 from greso_jax.selection import Aborted, Carry, Group, LaneResult, ScoredPass
@@ -284,7 +285,7 @@ def stream_rollouts(config, model, tokenizer, pool, timers, payload_of) -> Strea
     if sel.rollout_mode != "stream":
         return None
     lanes = int(sel.stream_lanes or sel.rollout_batch_size)
-    return StreamRollouts(model, tokenizer, pool, timers, seed=int(config.seed), lanes=lanes,
+    return StreamRollouts(model, tokenizer, pool, timers, seed=rl_seed(config), lanes=lanes,
                           num_samples=int(config.rl.group_size), prompt_length=int(config.data.max_prompt_length),
                           max_new_tokens=int(s.max_new_tokens), chunk_steps=int(sel.stream_chunk_steps),
                           temperature=float(s.temperature), top_p=float(s.top_p), top_k=int(s.top_k),

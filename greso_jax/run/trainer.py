@@ -19,7 +19,7 @@ import numpy as np
 from greso_jax.run.scoring import sample_and_grade, summarize
 from greso_jax.run.checkpoint import Checkpointer, checkpoint_dir, restore_run_state, save_run_state
 from greso_jax.run.timers import SectionTimers
-from greso_jax.config import validate
+from greso_jax.config import rl_seed, validate
 from greso_jax.data.pipeline import PromptPipeline
 from greso_jax.run.build import (eval_settings, learner_from_config, prompt_levels, rows_from_config,
                                    sampling_kwargs, selector_from_config)
@@ -63,21 +63,21 @@ class Trainer:
         self.selector = selector_from_config(c, num_prompts=levels.size, prompt_levels=levels)
         self.pipeline = PromptPipeline(
             self.train_rows, self.tokenizer, template=c.data.prompt_template,
-            max_prompt_length=c.data.max_prompt_length, seed=c.seed, shuffle=c.data.shuffle,
+            max_prompt_length=c.data.max_prompt_length, seed=rl_seed(c), shuffle=c.data.shuffle,
             keep_filter=self.selector, shard_index=jax.process_index(), shard_count=jax.process_count())
         self.pool = GradingPool(num_workers=c.data.grading_workers, timeout_s=c.data.grading_timeout_s,
                                 shaping=c.data.reward_shaping)
         self.checkpointer = Checkpointer(checkpoint_dir(self.workdir), keep=c.checkpoint.keep,
                                          every_steps=c.checkpoint.every_steps, async_save=c.checkpoint.async_save)
         self.timers = SectionTimers()
-        self.passes = PassRollouts(self.learner.model, self.tokenizer, self.pool, self.timers, seed=c.seed,
+        self.passes = PassRollouts(self.learner.model, self.tokenizer, self.pool, self.timers, seed=rl_seed(c),
                                    mesh=self.mesh, generation=sampling_kwargs(c))
         self.stream = stream_rollouts(c, self.learner.model, self.tokenizer, self.pool, self.timers,
                                       self.pipeline.element)
         self.carry = Carry()  # stream_in_flight = "carry": the groups the next step trains first
         self.counters = {"rollout/num_responses": 0, "rollout/num_tokens": 0, "selection/skipped_total": 0,
                          "train/bad_steps": 0}
-        self.skip_audit = SkipAudit(c.eval.skip_audit_fraction, c.seed)
+        self.skip_audit = SkipAudit(c.eval.skip_audit_fraction, rl_seed(c))
         if c.eval.skip_audit_fraction and jax.process_count() > 1:
             raise ConfigError("eval.skip_audit_fraction: the skip audit runs on one host only; set it to 0")
         self._dropped_logged = False
