@@ -19,14 +19,13 @@ accuracy, their difference (the generalisation gap), and the mean times trained 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Sequence
 
 import numpy as np
 
 from experiments.bench.claim_report import _interval_cell, mean_interval
-from experiments.bench.precise_eval import grading_pool, open_checkpoint
+from experiments.bench.precise_eval import emit, grading_pool, open_checkpoint, runs_with_checkpoints
 from greso_jax.selection import baseline
 
 TRAIN_DRAW_SEED = 20261205  # the draw of training rows every run is graded on
@@ -115,23 +114,12 @@ def main(argv=None) -> int:
     if args.train_problems < 1:
         parser.error("--train_problems must be >= 1")
     base = baseline().name
-    strategies = [base] + [s.strip() for s in args.strategies.split(",") if s.strip() and s.strip() != base]
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     per_run: dict[str, dict[int, dict]] = {}
-    for strategy in strategies:
-        for seed in seeds:
-            workdir = os.path.join(args.root, strategy, f"seed{seed}")
-            if not os.path.isdir(os.path.join(workdir, "checkpoints")):
-                print(f"  {workdir}: no checkpoints, left out", file=sys.stderr)
-                continue
-            per_run.setdefault(strategy, {})[seed] = grade_run(workdir, args.step, args.train_problems)
+    for strategy, seed, workdir in runs_with_checkpoints(args.root, args.strategies, args.seeds):
+        per_run.setdefault(strategy, {})[seed] = grade_run(workdir, args.step, args.train_problems)
     if base not in per_run:
         parser.error(f"no {base} run under {args.root} for seeds {args.seeds}: nothing to pair against")
-    text = tables(per_run, base)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    emit(tables(per_run, base), args.out)
     return 0
 
 

@@ -185,6 +185,28 @@ def tables(per_run: dict[str, dict[int, dict[int, dict]]], base: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def runs_with_checkpoints(root: str, strategies: str, seeds: str):
+    """(strategy, seed, workdir) of each run ROOT/VARIANT/seedS holding checkpoints, the baseline's first;
+    `strategies` and `seeds` are the comma-separated flags. A run without checkpoints is named on stderr."""
+    base = baseline().name
+    names = [base] + [s.strip() for s in strategies.split(",") if s.strip() and s.strip() != base]
+    for strategy in names:
+        for seed in (int(s) for s in seeds.split(",") if s.strip()):
+            workdir = os.path.join(root, strategy, f"seed{seed}")
+            if not os.path.isdir(os.path.join(workdir, "checkpoints")):
+                print(f"  {workdir}: no checkpoints, left out", file=sys.stderr)
+                continue
+            yield strategy, seed, workdir
+
+
+def emit(text: str, out: str) -> None:
+    """Prints the tables and, with `out`, writes them there too."""
+    print(text)
+    if out:
+        with open(out, "w") as f:
+            f.write(text)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", required=True, help="folder of ROOT/VARIANT/seedS runs (compare_strategies.py)")
@@ -202,36 +224,24 @@ def main(argv=None) -> int:
     except ValueError:
         parser.error(f"--steps must be comma-separated integers, got {args.steps!r}")
     base = baseline().name
-    strategies = [base] + [s.strip() for s in args.strategies.split(",") if s.strip() and s.strip() != base]
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     cache = load_cache(args.cache)
     per_run: dict[str, dict[int, dict[int, dict]]] = {}
-    for strategy in strategies:
-        for seed in seeds:
-            workdir = os.path.join(args.root, strategy, f"seed{seed}")
-            if not os.path.isdir(os.path.join(workdir, "checkpoints")):
-                print(f"  {workdir}: no checkpoints, left out", file=sys.stderr)
+    for strategy, seed, workdir in runs_with_checkpoints(args.root, args.strategies, args.seeds):
+        for step in steps:
+            if step is not None and not os.path.isdir(os.path.join(workdir, "checkpoints", str(step))):
+                print(f"  {workdir}: no checkpoint at step {step}, left out", file=sys.stderr)
                 continue
-            for step in steps:
-                if step is not None and not os.path.isdir(os.path.join(workdir, "checkpoints", str(step))):
-                    print(f"  {workdir}: no checkpoint at step {step}, left out", file=sys.stderr)
-                    continue
-                key = cache_key(workdir, step, args.samples) if step is not None else None
-                graded = cache.get(key) if key else None
-                if graded is None:
-                    graded = grade_checkpoint(workdir, step, args.samples)
-                    cache[cache_key(workdir, graded["step"], args.samples)] = graded
-                    save_cache(args.cache, cache)
-                    print(f"  {workdir} step {graded['step']}: {graded['accuracy']:.4f} ({args.samples} samples), "
-                          f"recorded {graded['recorded']}", file=sys.stderr)
-                per_run.setdefault(strategy, {}).setdefault(seed, {})[graded["step"]] = with_noise(graded)
+            graded = cache.get(cache_key(workdir, step, args.samples)) if step is not None else None
+            if graded is None:
+                graded = grade_checkpoint(workdir, step, args.samples)
+                cache[cache_key(workdir, graded["step"], args.samples)] = graded
+                save_cache(args.cache, cache)
+                print(f"  {workdir} step {graded['step']}: {graded['accuracy']:.4f} ({args.samples} samples), "
+                      f"recorded {graded['recorded']}", file=sys.stderr)
+            per_run.setdefault(strategy, {}).setdefault(seed, {})[graded["step"]] = with_noise(graded)
     if base not in per_run:
         parser.error(f"no {base} run under {args.root} for seeds {args.seeds}: nothing to pair against")
-    text = tables(per_run, base)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    emit(tables(per_run, base), args.out)
     return 0
 
 
