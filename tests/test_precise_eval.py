@@ -45,6 +45,17 @@ def test_paired_rows_use_the_seeds_both_graded_at_each_step():
     assert "| greso | 4 | 2 | -0.025 [" in text and "-0.050, +0.000" in text
 
 
+def test_replicates_of_the_baseline_pair_as_their_mean():
+    first, second = _graded(0.5, 0.5, counts=(2, 2)), _graded(0.6, None, counts=(4, 0))
+    both = script.averaged([first, second])
+    assert both["accuracy"] == pytest.approx(0.55) and both["recorded"] is None and both["replicates"] == 2
+    assert both["sd"] == pytest.approx(np.hypot(first["sd"], second["sd"]) / 2)
+    per_run = {"ds_fixed": {0: {4: both}}, "greso": {0: {4: _graded(0.6, 0.6)}}}
+    (row,) = script.paired_rows(per_run, "ds_fixed")
+    assert row["diff"]["mean"] == pytest.approx(0.05) and row["recorded_diff"]["n"] == 0
+    assert "the mean of its 2 replicates" in script.tables(per_run, "ds_fixed")
+
+
 def test_bad_arguments_fail_naming_the_flag(tmp_path, capsys):
     with pytest.raises(SystemExit):
         script.main(["--root", str(tmp_path), "--strategies", "greso", "--samples", "1"])
@@ -82,3 +93,8 @@ def test_script_regrades_real_runs_and_resumes_from_its_cache(tmp_path, warm_pol
     monkeypatch.setattr(script, "grade_checkpoint", lambda *a: pytest.fail("regraded a cached checkpoint"))
     assert script.main(args) == 0
     assert capsys.readouterr().out == printed
+    # a replicate of the baseline (the same graded run under another root): the baseline is the pair's mean
+    (tmp_path / "replicates").mkdir()
+    (tmp_path / "replicates" / "ds_fixed").symlink_to(root / "ds_fixed")
+    assert script.main([*args, "--baseline_replicates", str(tmp_path / "replicates")]) == 0
+    assert "the mean of its 2 replicates" in capsys.readouterr().out

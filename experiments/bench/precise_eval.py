@@ -134,6 +134,16 @@ def with_noise(graded: dict) -> dict:
     return {**graded, "sd": sampling_sd(counts, k, k), "recorded_sd": sampling_sd(counts, k, graded["recorded_samples"])}
 
 
+def averaged(entries: Sequence[dict]) -> dict:
+    """Replicate runs of one seed graded at one step, as one baseline: the mean of their accuracies (and
+    of their recorded ones), with the sampling SD of those means; `replicates` counts them."""
+    n, recorded = len(entries), [e["recorded"] for e in entries]
+    return {**entries[0], "accuracy": float(np.mean([e["accuracy"] for e in entries])),
+            "recorded": None if None in recorded else float(np.mean(recorded)),
+            "sd": math.sqrt(sum(e["sd"] ** 2 for e in entries)) / n,
+            "recorded_sd": math.sqrt(sum(e["recorded_sd"] ** 2 for e in entries)) / n, "replicates": n}
+
+
 def paired_rows(per_run: dict[str, dict[int, dict[int, dict]]], base: str) -> list[dict]:
     """Per strategy (not the baseline) and step: the precise and the recorded accuracy differences to the
     baseline on the seeds both graded there, with 95% t intervals, the per-seed precise differences, and
@@ -164,7 +174,9 @@ def tables(per_run: dict[str, dict[int, dict[int, dict]]], base: str) -> str:
     recorded = sorted({g["recorded_samples"] for seeds in per_run.values() for by_step in seeds.values()
                        for g in by_step.values()})
     k, k_rec = "/".join(map(str, samples)), "/".join(map(str, recorded))
-    lines = [f"**Paired against {base}** (strategy − {base} on the same seed and step, mean [95% t interval]; "
+    replicates = max(g.get("replicates", 1) for by_step in per_run.get(base, {}).values() for g in by_step.values())
+    of_base = f"the mean of its {replicates} replicates on the seed, " if replicates > 1 else ""
+    lines = [f"**Paired against {base}** (strategy − {base} on the same seed and step, {of_base}mean [95% t interval]; "
              f"precise: {k} samples a prompt, recorded: the runs' own evaluation, {k_rec} samples; sampling SD: "
              "the standard deviation one paired difference carries from sampling alone)", "",
              "| strategy | step | seeds | Δ precise | Δ recorded | per seed (precise) | sampling SD precise | "
@@ -207,6 +219,25 @@ def emit(text: str, out: str) -> None:
             f.write(text)
 
 
+def graded_steps(workdir: str, steps: Sequence[int | None], samples: int, cache: dict, cache_path: str) -> dict:
+    """{step: graded checkpoint with its sampling SDs} of one run at `steps` (None: its newest), read from
+    `cache` where graded before, else graded and added to it (saved to `cache_path` at once)."""
+    graded_at = {}
+    for step in steps:
+        if step is not None and not os.path.isdir(os.path.join(workdir, "checkpoints", str(step))):
+            print(f"  {workdir}: no checkpoint at step {step}, left out", file=sys.stderr)
+            continue
+        graded = cache.get(cache_key(workdir, step, samples)) if step is not None else None
+        if graded is None:
+            graded = grade_checkpoint(workdir, step, samples)
+            cache[cache_key(workdir, graded["step"], samples)] = graded
+            save_cache(cache_path, cache)
+            print(f"  {workdir} step {graded['step']}: {graded['accuracy']:.4f} ({samples} samples), "
+                  f"recorded {graded['recorded']}", file=sys.stderr)
+        graded_at[graded["step"]] = with_noise(graded)
+    return graded_at
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", required=True, help="folder of ROOT/VARIANT/seedS runs (compare_strategies.py)")
@@ -214,6 +245,9 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", default="0,1,2,3,4")
     parser.add_argument("--steps", default="", help="comma-separated checkpoint steps (default: each run's newest)")
     parser.add_argument("--samples", type=int, default=32, help="samples per held-out prompt")
+    parser.add_argument("--baseline_replicates", action="append", default=[],
+                        help="a folder of ROOT/BASELINE/seedS runs replicating the baseline (config.replicate); the "
+                             "baseline of a seed is then the mean of its runs (repeatable)")
     parser.add_argument("--cache", default="", help="JSON file of graded checkpoints, read and extended")
     parser.add_argument("--out", default="", help="also write the tables to this markdown file")
     args = parser.parse_args(argv)
@@ -227,18 +261,17 @@ def main(argv=None) -> int:
     cache = load_cache(args.cache)
     per_run: dict[str, dict[int, dict[int, dict]]] = {}
     for strategy, seed, workdir in runs_with_checkpoints(args.root, args.strategies, args.seeds):
-        for step in steps:
-            if step is not None and not os.path.isdir(os.path.join(workdir, "checkpoints", str(step))):
-                print(f"  {workdir}: no checkpoint at step {step}, left out", file=sys.stderr)
-                continue
-            graded = cache.get(cache_key(workdir, step, args.samples)) if step is not None else None
-            if graded is None:
-                graded = grade_checkpoint(workdir, step, args.samples)
-                cache[cache_key(workdir, graded["step"], args.samples)] = graded
-                save_cache(args.cache, cache)
-                print(f"  {workdir} step {graded['step']}: {graded['accuracy']:.4f} ({args.samples} samples), "
-                      f"recorded {graded['recorded']}", file=sys.stderr)
-            per_run.setdefault(strategy, {}).setdefault(seed, {})[graded["step"]] = with_noise(graded)
+        per_run.setdefault(strategy, {})[seed] = graded_steps(workdir, steps, args.samples, cache, args.cache)
+    replicates: dict[int, list[dict]] = {}
+    for root in args.baseline_replicates:
+        for _, seed, workdir in runs_with_checkpoints(root, "", args.seeds):
+            replicates.setdefault(seed, []).append(graded_steps(workdir, steps, args.samples, cache, args.cache))
+    for seed, others in replicates.items():
+        own = per_run.get(base, {}).get(seed, {})
+        for step in list(own):
+            runs = [own[step]] + [other[step] for other in others if step in other]
+            if len(runs) > 1:
+                own[step] = averaged(runs)
     if base not in per_run:
         parser.error(f"no {base} run under {args.root} for seeds {args.seeds}: nothing to pair against")
     emit(tables(per_run, base), args.out)
