@@ -175,8 +175,8 @@ def tables(per_run: dict[str, dict[int, dict[int, dict]]], base: str) -> str:
                        for g in by_step.values()})
     k, k_rec = "/".join(map(str, samples)), "/".join(map(str, recorded))
     replicates = max(g.get("replicates", 1) for by_step in per_run.get(base, {}).values() for g in by_step.values())
-    of_base = f"the mean of its {replicates} replicates on the seed, " if replicates > 1 else ""
-    lines = [f"**Paired against {base}** (strategy − {base} on the same seed and step, {of_base}mean [95% t interval]; "
+    of_base = f" (the mean of its {replicates} replicates)" if replicates > 1 else ""
+    lines = [f"**Paired against {base}** (strategy − {base}{of_base} on the same seed and step, mean [95% t interval]; "
              f"precise: {k} samples a prompt, recorded: the runs' own evaluation, {k_rec} samples; sampling SD: "
              "the standard deviation one paired difference carries from sampling alone)", "",
              "| strategy | step | seeds | Δ precise | Δ recorded | per seed (precise) | sampling SD precise | "
