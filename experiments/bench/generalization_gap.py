@@ -25,7 +25,7 @@ from typing import Sequence
 import numpy as np
 
 from experiments.bench.claim_report import _interval_cell, mean_interval
-from experiments.bench.precise_eval import emit, grading_pool, open_checkpoint, runs_with_checkpoints
+from experiments.bench.precise_eval import emit_paired, grading_pool, open_checkpoint, runs_with_checkpoints
 from greso_jax.selection import baseline
 
 TRAIN_DRAW_SEED = 20261205  # the draw of training rows every run is graded on
@@ -117,9 +117,7 @@ def main(argv=None) -> int:
     per_run: dict[str, dict[int, dict]] = {}
     for strategy, seed, workdir in runs_with_checkpoints(args.root, args.strategies, args.seeds):
         per_run.setdefault(strategy, {})[seed] = grade_run(workdir, args.step, args.train_problems)
-    if base not in per_run:
-        parser.error(f"no {base} run under {args.root} for seeds {args.seeds}: nothing to pair against")
-    emit(tables(per_run, base), args.out)
+    emit_paired(parser, args, per_run, base, tables)
     return 0
 
 

@@ -211,11 +211,15 @@ def runs_with_checkpoints(root: str, strategies: str, seeds: str):
             yield strategy, seed, workdir
 
 
-def emit(text: str, out: str) -> None:
-    """Prints the tables and, with `out`, writes them there too."""
+def emit_paired(parser, args, per_run: dict, base: str, tables) -> None:
+    """Prints `tables(per_run, base)` and, with --out, writes it there too; without a baseline run to pair
+    against, exits through `parser` naming --root and --seeds."""
+    if base not in per_run:
+        parser.error(f"no {base} run under {args.root} for seeds {args.seeds}: nothing to pair against")
+    text = tables(per_run, base)
     print(text)
-    if out:
-        with open(out, "w") as f:
+    if args.out:
+        with open(args.out, "w") as f:
             f.write(text)
 
 
@@ -272,9 +276,7 @@ def main(argv=None) -> int:
             runs = [own[step]] + [other[step] for other in others if step in other]
             if len(runs) > 1:
                 own[step] = averaged(runs)
-    if base not in per_run:
-        parser.error(f"no {base} run under {args.root} for seeds {args.seeds}: nothing to pair against")
-    emit(tables(per_run, base), args.out)
+    emit_paired(parser, args, per_run, base, tables)
     return 0
 
 
