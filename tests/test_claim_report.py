@@ -71,3 +71,38 @@ def test_paired_claims_at_equal_budgets_and_to_the_baselines_accuracy():
     assert result["greso"]["final_diff"]["mean"] == pytest.approx(0.0, abs=1e-12)
     table = claim_report.claims_table(result, "ds_fixed")
     assert "| greso | 2 |" in table and "(1/2)" in table
+
+
+def test_a_baseline_of_replicates_is_their_mean_curve():
+    # Two replicates of ds_fixed on one seed: the mean curve is 0.2, 0.3, 0.4 at 300 responses a step
+    # (200 and 400) and 3 s a step (2 and 4).
+    runs = {
+        "ds_fixed": {0: _records([0.2, 0.25, 0.35], 200, 2.0), 1: _records([0.2, 0.3, 0.4], 300, 3.0)},
+        "ds_fixed@aa": {0: _records([0.2, 0.35, 0.45], 400, 4.0)},
+        "greso": {0: _records([0.2, 0.35, 0.38], 100, 2.0), 1: _records([0.2, 0.3, 0.32], 100, 2.0)},
+    }
+    averaged = claim_report.claims(runs, "ds_fixed+ds_fixed@aa")
+    assert set(averaged) == {"greso"}  # the replicates are the baseline, not rows
+    assert averaged["greso"]["seeds"] == [0]  # seed 1 has one replicate only: not paired
+    seed0 = averaged["greso"]["per_seed"]["0"]
+    assert seed0["final_diff"] == pytest.approx(0.38 - 0.4)
+    assert seed0["gain_share"] == pytest.approx((0.38 - 0.2) / (0.4 - 0.2))
+    # At GRESO's 400 responses the mean curve is 2/3 of the way from 0.2 (0) to 0.3 (600).
+    assert seed0["equal_responses_diff"] == pytest.approx(0.38 - (0.2 + 0.1 * 400 / 600))
+    # The same as a single run with the mean curve's numbers.
+    single = claim_report.paired_seed(runs["greso"][0], _records([0.2, 0.3, 0.4], 300, 3.0))
+    assert seed0 == pytest.approx(single, nan_ok=True)
+    # With one replicate "A+B" is the plain pairing.
+    assert claim_report.claims(runs, "ds_fixed")["greso"]["per_seed"]["0"] == pytest.approx(
+        claim_report.paired_seed(runs["greso"][0], runs["ds_fixed"][0]), nan_ok=True)
+    assert "against the mean of 2 replicates (ds_fixed, ds_fixed@aa)" in claim_report.claims_table(
+        averaged, "ds_fixed+ds_fixed@aa")
+    with pytest.raises(ValueError, match="no runs named ds_fixed@bb"):
+        claim_report.claims(runs, "ds_fixed+ds_fixed@bb")
+
+
+def test_replicates_must_share_their_evaluations():
+    short = _records([0.2, 0.3], 300, 3.0)
+    with pytest.raises(ValueError, match="different steps or evaluations"):
+        claim_report.mean_curves([claim_report.run_curves(_records([0.2, 0.3, 0.4], 300, 3.0)),
+                                  claim_report.run_curves(short)])

@@ -43,6 +43,23 @@ def test_runs_of_two_roots_pair_against_each_baseline(tmp_path, capsys):
     assert greso_rows[0].endswith("| 0.800 | 0.700 | 1.500 |")  # CPU seconds a step
 
 
+def test_a_baseline_of_two_replicates_pairs_against_their_mean(tmp_path, capsys):
+    for seed in (0, 1):
+        _write_run(tmp_path / "passes" / "ds_fixed" / f"seed{seed}", 0.10, 1.0, 800)
+        _write_run(tmp_path / "aa" / "ds_fixed" / f"seed{seed}", 0.12, 1.0, 800)
+        _write_run(tmp_path / "passes" / "greso" / f"seed{seed}", 0.10, 0.4, 400)
+    engine_compare.main([f"passes={tmp_path / 'passes'}", f"aa={tmp_path / 'aa'}",
+                         "--baseline", "ds_fixed@passes+ds_fixed@aa"])
+    out = capsys.readouterr().out
+    assert "against the mean of 2 replicates (ds_fixed@passes, ds_fixed@aa)" in out
+    claim_rows = out.split("**The claim")[1].splitlines()
+    assert not any(line.startswith("| ds_fixed@") for line in claim_rows)
+    greso = next(line for line in claim_rows if line.startswith("| greso@passes | 2 |"))
+    assert "-0.010 [-0.010, -0.010]" in greso  # 0.50 against the mean of 0.50 and 0.52
+    with pytest.raises(SystemExit):
+        engine_compare.main([f"passes={tmp_path / 'passes'}", "--baseline", "ds_fixed@passes+ds_fixed@aa"])
+
+
 def test_unknown_baseline_names_what_exists(tmp_path):
     _write_run(tmp_path / "passes" / "ds_fixed" / "seed0", 0.1, 1.0, 800)
     with pytest.raises(SystemExit):

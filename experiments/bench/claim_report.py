@@ -11,7 +11,9 @@ For each strategy and each seed it shares with the baseline (same seed, same war
   - the share of the baseline's gain per step: (final - start) / (baseline final - start); both runs
     train the same number of steps from the same start, so this is learning per step.
 Means over seeds come with a Student-t 95% interval of the mean of the paired differences; ratios
-with the geometric mean and its interval. Wall-clock excludes compilation (reported apart by the
+with the geometric mean and its interval. The baseline may be several replicate runs of each seed
+(`config.replicate`, named "A+B"): its curve is then their mean (accuracy and budgets averaged at each
+evaluation), which halves the baseline's share of the training noise with two replicates. Wall-clock excludes compilation (reported apart by the
 runs); CPU seconds (the process's, all threads) include it, since JAX reports compile time only as wall
 time.
 """
@@ -23,7 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
-from greso_jax.run.run_stats import accuracy_on_curves, run_curves, run_stats, spent_at_evaluations
+from greso_jax.run.run_stats import accuracy_on_curves, run_curves, spent_at_evaluations
 
 # Two-sided 95% Student-t quantiles t_{0.975, df} for df = 1..30; beyond, the normal's 1.96 is within 2%.
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
@@ -71,15 +73,37 @@ def _has(curves: dict, key: str) -> bool:
     return curves[key][-1] > 0
 
 
+_RUN_SHAPE = ("steps", "eval_steps")  # what replicates of one config share: run_curves' step axes
+
+
+def mean_curves(replicates: Sequence[dict]) -> dict:
+    """run_curves of [R] replicate runs (one config and seed: the same steps and evaluations) -> one
+    run_curves whose every curve (budgets and accuracies, [steps] / [E]) is the replicates' mean."""
+    first = replicates[0]
+    for other in replicates[1:]:
+        if any(other[key] != first[key] for key in _RUN_SHAPE):
+            raise ValueError("mean_curves: the replicates log different steps or evaluations "
+                             f"({first['eval_steps'][-1:]} against {other['eval_steps'][-1:]} last evaluated)")
+    return {key: (list(value) if key in _RUN_SHAPE else
+                  float(np.mean([c[key] for c in replicates])) if np.isscalar(value) else
+                  [float(x) for x in np.mean([c[key] for c in replicates], axis=0)])
+            for key, value in first.items()}
+
+
 def paired_seed(records: Sequence[dict], baseline_records: Sequence[dict]) -> dict:
     """One seed's paired numbers of a strategy's run against the baseline's run."""
-    mine, base = run_curves(records), run_curves(baseline_records)
-    mine_stats, base_stats = run_stats(records), run_stats(baseline_records)
-    out = {"final_diff": mine_stats["accuracy_final"] - base_stats["accuracy_final"]}
-    start = base_stats["accuracy_start"]
-    base_gain = base_stats["accuracy_final"] - start
-    out["gain_share"] = (mine_stats["accuracy_final"] - start) / base_gain if base_gain > 0 else float("nan")
-    target = base_stats["accuracy_final"]
+    return paired_with_replicates(records, [baseline_records])
+
+
+def paired_with_replicates(records: Sequence[dict], baseline_runs: Sequence[Sequence[dict]]) -> dict:
+    """One seed's paired numbers of a strategy's run against the mean curve of the baseline's [R] replicate
+    runs of that seed (R = 1: the run itself)."""
+    mine, base = run_curves(records), mean_curves([run_curves(r) for r in baseline_runs])
+    out = {"final_diff": mine["eval_accuracy"][-1] - base["eval_accuracy"][-1]}
+    start = base["eval_accuracy"][0]
+    base_gain = base["eval_accuracy"][-1] - start
+    out["gain_share"] = (mine["eval_accuracy"][-1] - start) / base_gain if base_gain > 0 else float("nan")
+    target = base["eval_accuracy"][-1]
     for name, key in BUDGETS:
         if not (_has(mine, key) and _has(base, key)):
             out[f"equal_{name}_diff"] = out[f"reach_{name}_ratio"] = float("nan")
@@ -93,14 +117,25 @@ def paired_seed(records: Sequence[dict], baseline_records: Sequence[dict]) -> di
     return out
 
 
+def baseline_names(baseline: str) -> list[str]:
+    """"A" -> [A]; "A+B" (replicates of one baseline, averaged) -> [A, B]."""
+    return [name for name in baseline.split("+") if name]
+
+
 def claims(runs: dict[str, dict[int, list[dict]]], baseline: str) -> dict:
-    """Per strategy: `per_seed` paired numbers and their summaries over the seeds shared with `baseline`."""
+    """Per strategy: `per_seed` paired numbers and their summaries over the seeds shared with `baseline`
+    ("A+B": the mean of replicate runs A and B, over the seeds every one of them has)."""
+    names = baseline_names(baseline)
+    missing = [name for name in names if name not in runs]
+    if missing:
+        raise ValueError(f"claims: no runs named {', '.join(missing)} for the baseline {baseline!r}")
+    base_seeds = set.intersection(*(set(runs[name]) for name in names))
     out = {}
     for name, seeds in runs.items():
-        if name == baseline:
+        if name in names:
             continue
-        shared = sorted(s for s in seeds if s in runs[baseline])
-        per_seed = {s: paired_seed(seeds[s], runs[baseline][s]) for s in shared}
+        shared = sorted(s for s in seeds if s in base_seeds)
+        per_seed = {s: paired_with_replicates(seeds[s], [runs[b][s] for b in names]) for s in shared}
         rows = list(per_seed.values())
         summary = {key: mean_interval([r[key] for r in rows])
                    for key in ("final_diff", "gain_share", *(f"equal_{n}_diff" for n, _ in BUDGETS))}
@@ -130,7 +165,9 @@ def _ratio_cell(v: dict) -> str:
 
 def claims_table(result: dict, baseline: str) -> str:
     """The markdown claim table: one row per strategy, paired differences with [95% CI]."""
-    lines = [f"**The claim, paired per seed against {baseline}** (mean over seeds [95% t interval]; accuracy "
+    names = baseline_names(baseline)
+    against = names[0] if len(names) == 1 else f"the mean of {len(names)} replicates ({', '.join(names)})"
+    lines = [f"**The claim, paired per seed against {against}** (mean over seeds [95% t interval]; accuracy "
              "differences are the strategy's minus the baseline's; equal budget = both curves at the smaller "
              "of the two runs' totals; reach = the responses / time to the baseline's final accuracy on the "
              "seed, as baseline / strategy, geometric mean over the seeds that reach it; wall-clock excludes "

@@ -5,10 +5,13 @@ costs in each engine.
 
     python experiments/bench/engine_compare.py passes=ROOT_A stream=ROOT_B \
         --baseline ds_fixed@passes --baseline ds_fixed@stream
+    python experiments/bench/engine_compare.py passes=ROOT_A aa=ROOT_C --baseline ds_fixed@passes+ds_fixed@aa
 
 Every root is ROOT/VARIANT/seedS as compare_strategies.py writes it; the roots of one comparison
 must share their warm starts (the same seed's cache), or the pairing is not fair. One claim table is
-printed per --baseline: against the paper-faithful engine's DS, and engine for engine.
+printed per --baseline: against the paper-faithful engine's DS, and engine for engine; "A+B" pairs
+against the mean of replicate runs of the baseline (ROOT_C holding `config.replicate=1` runs of the same
+seeds and warm starts), whose rows are then left out of that table.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from experiments.bench.claim_report import claims, claims_table
+from experiments.bench.claim_report import baseline_names, claims, claims_table
 from experiments.sweep import is_finished
 from greso_jax.run.records import read_lines
 from greso_jax.run.run_stats import run_stats, step_total
@@ -71,7 +74,8 @@ def time_table(runs: dict[str, dict[int, list[dict]]]) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("roots", nargs="+", help="LABEL=ROOT")
-    parser.add_argument("--baseline", action="append", required=True, help="VARIANT@LABEL to pair against")
+    parser.add_argument("--baseline", action="append", required=True,
+                        help="VARIANT@LABEL to pair against; VARIANT@LABEL+VARIANT@LABEL: the mean of replicate runs")
     args = parser.parse_args(argv)
     roots = {}
     for spec in args.roots:
@@ -81,8 +85,9 @@ def main(argv=None) -> int:
         roots[label] = root
     runs = read_runs(roots)
     for baseline in args.baseline:
-        if baseline not in runs:
-            parser.error(f"--baseline: no finished runs named {baseline!r} (have: {', '.join(runs) or 'none'})")
+        for name in baseline_names(baseline):
+            if name not in runs:
+                parser.error(f"--baseline: no finished runs named {name!r} (have: {', '.join(runs) or 'none'})")
     print(time_table(runs))
     for baseline in args.baseline:
         print()
