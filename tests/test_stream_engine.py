@@ -71,3 +71,17 @@ def test_abort_frees_a_lane_and_counts_its_tokens(model):
     assert engine.free.all() and not engine.busy()
     with pytest.raises(ValueError, match="not finished"):
         engine.collect(1)
+
+
+def test_a_lane_refilled_before_the_next_chunk_reports_its_new_prompt(model):
+    # Collection reads a host copy of the lanes fetched with the chunk; an admission since then (prefilled at
+    # the next collect or advance) must not be read from that copy.
+    engine = LaneEngine(model, lanes=2, num_samples=G, prompt_length=16, max_new_tokens=CAP, eos_ids=(),
+                        chunk_steps=3)
+    engine.admit(0, _prompts(1)[0], jax.random.PRNGKey(0))
+    engine.admit(1, _prompts(2)[1], jax.random.PRNGKey(1))
+    engine.advance()
+    assert engine.abort(0) == G * 4
+    engine.admit(0, _prompts(3)[2], jax.random.PRNGKey(2))
+    assert engine.abort(0) == G  # only the first token drawn at admission, not the old prompt's four
+    assert engine.abort(1) == G * 4

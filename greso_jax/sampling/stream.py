@@ -174,6 +174,9 @@ class LaneEngine:
         self._done = np.ones(self.lanes * self.group, bool)
         self._lengths = np.zeros(self.lanes * self.group, np.int32)  # host copy, for the busy share
         self._prompts: list = [None] * self.lanes
+        # The lanes' outputs on the host, fetched once per chunk (None: stale): collecting a lane then
+        # slices host arrays, where a device slice per lane and field cost ~1 ms of dispatch and copy each.
+        self._outputs: tuple | None = None
         self.kv_cache_bytes = sum(x.nbytes for x in jax.tree.leaves((self.state.prompt_cache,
                                                                      self.state.response_cache)))
         self.decoded_row_steps = self.busy_row_steps = 0
@@ -223,6 +226,8 @@ class LaneEngine:
     def _flush(self) -> None:
         """Runs the pending admissions, admit_batch lanes per program call (one compiled shape)."""
         a = self.admit_batch
+        if self._pending:
+            self._outputs = None
         while self._pending:
             batch, self._pending = self._pending[:a], self._pending[a:]
             lanes = np.full(a, self.lanes, np.int32)  # padding entries: dropped
@@ -252,9 +257,12 @@ class LaneEngine:
             return 0
         self._flush()
         self.state, steps = self._advance(self._params, self.state, self.temperature, self.top_p, self.eos)
+        s = self.state
+        steps, done, lengths, tokens, logprobs, ended = jax.device_get(
+            (steps, s.done, s.lengths, s.tokens, s.logprobs, s.ended))
         steps = int(steps)
-        self._done = np.array(self.state.done)
-        lengths = np.array(self.state.lengths)
+        self._outputs = (tokens, logprobs, lengths, ended)
+        self._done, lengths = np.array(done), np.array(lengths)  # writable copies: admit marks rows live
         self.decoded_row_steps += steps * self.lanes * self.group
         # A row's length grows by one per step while it is live, so the growth is the busy row-steps.
         self.busy_row_steps += int(np.sum(lengths - self._lengths))
@@ -276,8 +284,10 @@ class LaneEngine:
     def _release(self, lane: int) -> SampleOutput:
         self._flush()
         rows = slice(lane * self.group, (lane + 1) * self.group)
-        s = self.state
-        tokens, logprobs, lengths, ended = (np.asarray(x[rows]) for x in (s.tokens, s.logprobs, s.lengths, s.ended))
+        if self._outputs is None:
+            s = self.state
+            self._outputs = tuple(jax.device_get((s.tokens, s.logprobs, s.lengths, s.ended)))
+        tokens, logprobs, lengths, ended = (np.array(x[rows]) for x in self._outputs)
         self.free[lane] = True
         prompt, self._prompts[lane] = self._prompts[lane], None
         return SampleOutput(tokens=tokens, logprobs=logprobs, lengths=lengths, truncated=~ended,
