@@ -13,9 +13,9 @@ For each strategy and each seed it shares with the baseline (same seed, same war
 Means over seeds come with a Student-t 95% interval of the mean of the paired differences; ratios
 with the geometric mean and its interval. The baseline may be several replicate runs of each seed
 (`config.replicate`, named "A+B"): its curve is then their mean (accuracy and budgets averaged at each
-evaluation), which halves the baseline's share of the training noise with two replicates. Wall-clock excludes compilation (reported apart by the
-runs); CPU seconds (the process's, all threads) include it, since JAX reports compile time only as wall
-time.
+evaluation), which halves the baseline's share of the training noise with two replicates. Wall-clock
+excludes compilation (reported apart by the runs); CPU seconds (the process's, all threads) include it,
+since JAX reports compile time only as wall time.
 """
 
 from __future__ import annotations
@@ -90,14 +90,9 @@ def mean_curves(replicates: Sequence[dict]) -> dict:
             for key, value in first.items()}
 
 
-def paired_seed(records: Sequence[dict], baseline_records: Sequence[dict]) -> dict:
-    """One seed's paired numbers of a strategy's run against the baseline's run."""
-    return paired_with_replicates(records, [baseline_records])
-
-
-def paired_with_replicates(records: Sequence[dict], baseline_runs: Sequence[Sequence[dict]]) -> dict:
-    """One seed's paired numbers of a strategy's run against the mean curve of the baseline's [R] replicate
-    runs of that seed (R = 1: the run itself)."""
+def paired_seed(records: Sequence[dict], *baseline_runs: Sequence[dict]) -> dict:
+    """One seed's paired numbers of a strategy's run against the baseline's run of that seed, or against the
+    mean curve of its [R] replicate runs when several are given."""
     mine, base = run_curves(records), mean_curves([run_curves(r) for r in baseline_runs])
     out = {"final_diff": mine["eval_accuracy"][-1] - base["eval_accuracy"][-1]}
     start = base["eval_accuracy"][0]
@@ -135,7 +130,7 @@ def claims(runs: dict[str, dict[int, list[dict]]], baseline: str) -> dict:
         if name in names:
             continue
         shared = sorted(s for s in seeds if s in base_seeds)
-        per_seed = {s: paired_with_replicates(seeds[s], [runs[b][s] for b in names]) for s in shared}
+        per_seed = {s: paired_seed(seeds[s], *(runs[b][s] for b in names)) for s in shared}
         rows = list(per_seed.values())
         summary = {key: mean_interval([r[key] for r in rows])
                    for key in ("final_diff", "gain_share", *(f"equal_{n}_diff" for n, _ in BUDGETS))}
