@@ -356,3 +356,45 @@ def test_skip_easy_or_hard_off_keeps_that_side_for_sure():
     assert kept.reshape(5, 200)[:3].all() and kept.reshape(5, 200)[4].mean() < 0.3
     with pytest.raises(Exception, match="skip_easy / .*skip_hard"):
         GresoSelector(5, skip_easy=False, skip_hard=False)
+
+
+def test_rest_steps_skips_a_prompt_until_its_rest_is_over_and_resumes_exactly():
+    """rest_steps 3: a prompt rolled out at step 4 keeps probability 0 through step 6 (a mixed one as much
+    as a streak), and its own rule again from step 7; never-rolled prompts are not resting. The rest is
+    part of the state (only then: the paper's rule keeps its checkpoint keys)."""
+    rested = GresoSelector(4, p_easy=0.5, p_hard=0.4, rest_steps=3, seed=0)
+    rested.begin_step(4, epoch=1)
+    rested.observe([0, 1], groups("m", "h"))
+    for step, expected in ((4, [0, 0, 1, 1]), (6, [0, 0, 1, 1]), (7, [1, 0.4, 1, 1])):
+        rested.begin_step(step, epoch=1)
+        np.testing.assert_allclose(rested.keep_probabilities(np.arange(4)), expected)
+    rested.begin_step(5, epoch=1)
+    assert not rested.should_keep(np.zeros(500, np.int64), epochs=np.arange(500)).any()
+    state = {k: np.asarray(v) for k, v in rested.state_dict().items()}
+    restored = GresoSelector(4, p_easy=0.5, p_hard=0.4, rest_steps=3, seed=0)
+    restored.load_state_dict(state)
+    np.testing.assert_array_equal(restored.last_rollout_step, [4, 4, -1, -1])
+    assert "last_rollout_step" not in GresoSelector(4).state_dict()
+    with pytest.raises(ValueError, match="missing.*last_rollout_step"):
+        restored.load_state_dict(GresoSelector(4, p_easy=0.5, p_hard=0.4, seed=0).state_dict())
+    with pytest.raises(Exception, match="rest_steps"):
+        GresoSelector(4, rest_steps=-1)
+
+
+def test_revisit_steps_keeps_a_streak_once_it_is_revisit_steps_times_its_length_old():
+    """revisit_steps 10: a hard streak of 1 seen at step 0 is kept for sure from step 10, an easy streak of 2
+    from step 20 (a longer streak waits longer); a mixed prompt and an unseen one keep their probability 1,
+    and a rest still wins right after a rollout."""
+    selector = GresoSelector(4, p_easy=0.5, p_hard=0.4, revisit_steps=10, rest_steps=2, seed=0)
+    selector.begin_step(0, epoch=1)
+    selector.observe([0, 1, 2], groups("h", "e", "m"))
+    selector.begin_step(1, epoch=1)
+    selector.observe([1], groups("e"))  # prompt 1: easy streak of 2, last rolled out at step 1
+    for step, expected in ((2, [0.4, 0, 1, 1]), (9, [0.4, 0.25, 1, 1]), (10, [1, 0.25, 1, 1]),
+                           (20, [1, 0.25, 1, 1]), (21, [1, 1, 1, 1])):
+        selector.begin_step(step, epoch=1)
+        np.testing.assert_allclose(selector.keep_probabilities(np.arange(4)), expected, err_msg=f"step {step}")
+    selector.observe([0], groups("h"))  # rolled out again at step 21: a streak of 2, resting, then waiting 20
+    for step, expected in ((22, 0.0), (23, 0.16), (40, 0.16), (41, 1.0)):
+        selector.begin_step(step, epoch=1)
+        assert selector.keep_probabilities([0])[0] == pytest.approx(expected), step

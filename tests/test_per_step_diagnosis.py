@@ -50,6 +50,8 @@ def test_gap_and_candidates_against_the_baseline_and_an_ablations_effect(tmp_pat
     assert seed0["coverage"] == pytest.approx(1 / 3)  # one distinct mixed prompt against three
     assert seed0["batch_fill"] == pytest.approx(56 / 64)
     assert seed0["concentration"] == 2 and seed0["concentration_baseline"] == 1
+    assert seed0["spacing"] == 1  # prompt 1 mixed at steps 1 and 2; ds_fixed trains no prompt twice
+    assert seed0["spacing_baseline"] != seed0["spacing_baseline"]  # NaN
     assert seed0["signal"] == pytest.approx((0.25 + 0.1875) / 2)
     assert seed0["signal_baseline"] == pytest.approx((0.25 + 0.1875 + 0.25) / 3)
     assert seed0["frontier_informative_share"] == pytest.approx(0.25)

@@ -38,10 +38,10 @@ def test_stable_rates_are_ranked_and_the_keep_share_selects_the_informative():
     levels = np.full(rates.size, -1)
     replayed = predictor_replay.replay(trace, levels, 8)
     # those that predict, then the named variants that do (greso_patient and the one-sided GRESOs: GRESO's
-    # streak score as their rules count it; greso_fill and mopps_authors: the same predictors as greso and
-    # mopps, another adaptation or step shape), then hindsight
+    # streak score as their rules count it; greso_fill, greso_rested, greso_spaced and mopps_authors: the same
+    # predictors as greso and mopps, another adaptation, rest, revisit or step shape), then hindsight
     assert list(replayed) == ["greso", "mopps", "posterior", "greso_patient", "greso_fill", "greso_hard_only",
-                              "greso_easy_only", "mopps_authors", "hindsight"]
+                              "greso_easy_only", "greso_rested", "greso_spaced", "mopps_authors", "hindsight"]
     assert not replayed["greso"]["probability"] and replayed["mopps"]["probability"]
     rows = {r["predictor"]: r for r in predictor_replay.summarize(replayed)}
     assert rows["posterior"]["groups"] == 11 * 100  # the first step has no history
@@ -50,7 +50,7 @@ def test_stable_rates_are_ranked_and_the_keep_share_selects_the_informative():
         assert rows[name]["informative_kept_0.2"] > 0.9  # the kept fifth is the mixed quarter
     assert rows["greso"]["auc"] > 0.7 and np.isnan(rows["greso"]["brier"])  # a score, not a chance
     # Each GRESO variant is replayed with its own rule: the one-sided ones rank only one side's streaks.
-    assert rows["greso_fill"]["auc"] == rows["greso"]["auc"]
+    assert rows["greso_fill"]["auc"] == rows["greso_rested"]["auc"] == rows["greso"]["auc"]
     assert len({rows[n]["auc"] for n in ("greso", "greso_hard_only", "greso_easy_only")}) == 3
     base = rows["hindsight"]["informative_kept_0.5"]
     assert rows["posterior"]["informative_kept_0.2"] > base
@@ -86,7 +86,7 @@ def test_script_replays_a_recorded_run(tmp_path, warm_policy, capsys):
     assert "| mixed |" in printed and "calibration of 'greso'" not in printed
     rows = json.loads(out.read_text())["pooled"]
     assert [r["predictor"] for r in rows] == ["greso", "mopps", "posterior", "greso_patient", "greso_fill",
-                                              "greso_hard_only", "greso_easy_only", "mopps_authors",
+                                              "greso_hard_only", "greso_easy_only", "greso_rested", "greso_spaced", "mopps_authors",
                                               "posterior decay=0.3 fit_prior=False", "hindsight"]
     assert len({r["groups"] for r in rows}) == 1 and rows[0]["groups"] > 0
     for argv in (["--predictors", "magic"], ["--with", "magic:x=1"], ["--with", "posterior:decay"]):

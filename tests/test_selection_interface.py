@@ -155,7 +155,8 @@ def test_the_registry_names_the_baseline_the_bound_and_the_variants():
     assert baseline().settings == {"pass_sizing": "fixed"} and bound() == "oracle"
     assert causal_bound() == "known_rate" and STRATEGIES.get(causal_bound()).simulation_only
     assert [v.name for v in named_variants()] == ["ds_fixed", "greso_patient", "greso_fill", "greso_hard_only",
-                                                  "greso_easy_only", "mopps_authors"]
+                                                  "greso_easy_only", "greso_rested", "greso_spaced",
+                                                  "mopps_authors"]
     assert variant("greso").settings == {} and variant("ds_fixed") == baseline()
     fixed = build("dynamic_sampling", **variant("ds_fixed").settings)
     assert fixed.follow_up_pass_size(5, []) == fixed.pass_config.rollout_batch_size

@@ -13,6 +13,8 @@ Per run, against ds_fixed on the same seed and root:
   - batch fill: the groups a step trains on (selection/batch_groups, mean over steps) as a share of
     ds_fixed's: with passes a step ends at selection.max_passes, and a skipper's smaller passes can
     meet that cap with fewer usable groups;
+  - spacing: the median number of steps between two mixed groups of one prompt (how soon a prompt is
+    trained on again; a skipper whose kept set is small re-reads the pool and re-rolls the same prompts);
   - signal: the mean p(1-p) of the mixed groups (p: the group's success fraction; GRPO's per-group
     signal is largest at p = 0.5);
   - frontier: the share of the audited easy skips whose group was informative (the skip audit): how
@@ -43,14 +45,16 @@ from greso_jax.run.run_stats import run_curves, step_mean, step_total
 from greso_jax.selection import baseline
 
 BASELINE = baseline().name
-CANDIDATES = ("coverage", "batch_fill", "concentration", "signal", "frontier_informative_share", "entropy",
+CANDIDATES = ("coverage", "batch_fill", "concentration", "spacing", "signal", "frontier_informative_share", "entropy",
               "reroll_share")
 RELATIVE = {"coverage": "mixed_prompts", "batch_fill": "batch_groups"}  # candidate -> measure, over ds_fixed's
 
 
 def group_statistics(trace: Sequence[dict]) -> dict:
-    """From a group trace: distinct prompts with a mixed group, mixed groups per such prompt, mean p(1-p)."""
-    mixed_prompts: set[int] = set()
+    """From a group trace (in step order): distinct prompts with a mixed group, mixed groups per such prompt,
+    the median steps between two mixed groups of one prompt, mean p(1-p)."""
+    last_mixed_step: dict[int, int] = {}  # prompt -> the step of its latest mixed group
+    spacings: list[int] = []
     mixed, signal = 0, 0.0
     for row in trace:
         correct = np.asarray(row["num_correct"], np.float64)
@@ -59,9 +63,13 @@ def group_statistics(trace: Sequence[dict]) -> dict:
         p = correct[is_mixed] / samples[is_mixed]
         mixed += int(is_mixed.sum())
         signal += float((p * (1 - p)).sum())
-        mixed_prompts.update(np.asarray(row["prompt_ids"])[is_mixed].tolist())
-    return {"mixed_prompts": len(mixed_prompts), "concentration": mixed / len(mixed_prompts) if mixed_prompts
-            else float("nan"), "signal": signal / mixed if mixed else float("nan")}
+        for prompt in np.asarray(row["prompt_ids"])[is_mixed].tolist():
+            if prompt in last_mixed_step:
+                spacings.append(row["step"] - last_mixed_step[prompt])
+            last_mixed_step[prompt] = row["step"]
+    return {"mixed_prompts": len(last_mixed_step), "concentration": mixed / len(last_mixed_step) if last_mixed_step
+            else float("nan"), "spacing": float(np.median(spacings)) if spacings else float("nan"),
+            "signal": signal / mixed if mixed else float("nan")}
 
 
 def run_diagnosis(records: Sequence[dict], trace: Sequence[dict]) -> dict:
@@ -69,7 +77,7 @@ def run_diagnosis(records: Sequence[dict], trace: Sequence[dict]) -> dict:
     groups = group_statistics(trace)
     kept = step_total(records, "selection/kept")
     return {"mixed_prompts": groups["mixed_prompts"], "batch_groups": step_mean(records, "selection/batch_groups"),
-            "concentration": groups["concentration"],
+            "concentration": groups["concentration"], "spacing": groups["spacing"],
             "signal": groups["signal"], "frontier_informative_share": frontier_share(records), "entropy": step_mean(records, "actor/entropy"),
             "reroll_share": step_total(records, "selection/repeated_groups") / kept if kept else float("nan")}
 
@@ -164,12 +172,12 @@ def tables(result: dict, ablations: Sequence[tuple[str, str]], split_at: Sequenc
     lines = [f"**Per-step gap and candidate causes against {BASELINE}** (mean over seeds [95% t interval]; gap: "
              "mean accuracy difference over the evaluation steps; coverage: distinct prompts trained, share of "
              f"{BASELINE}'s; the {BASELINE} column pairs give its own value)", "",
-             "| strategy | seeds | " + " | ".join(keys) + f" | {BASELINE} signal | {BASELINE} entropy |",
-             "|---|---|" + "---|" * (len(keys) + 2)]
+             "| strategy | seeds | " + " | ".join(keys) + f" | {BASELINE} spacing | {BASELINE} signal | {BASELINE} entropy |",
+             "|---|---|" + "---|" * (len(keys) + 3)]
     for name, seeds in result.items():
         rows = list(seeds.values())
         cells = [_cell(mean_interval([r[k] for r in rows])) for k in keys]
-        base = [_cell(mean_interval([r[f"{k}_baseline"] for r in rows])) for k in ("signal", "entropy")]
+        base = [_cell(mean_interval([r[f"{k}_baseline"] for r in rows])) for k in ("spacing", "signal", "entropy")]
         lines.append(f"| {name} | {len(rows)} | " + " | ".join(cells + base) + " |")
     if ablations:
         lines += ["", "**Ablations: paired effect on the gap** (gap(A) − gap(B) per seed, [95% t interval])", "",

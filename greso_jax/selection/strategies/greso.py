@@ -49,6 +49,14 @@ class GresoSettings(StrategySettings):
     skip_easy: bool = field(True, Spec(BOOL), "skip prompts on an all-correct streak (False: such prompts are always "
                             "kept; ours, to measure what the easy skips cost)")
     skip_hard: bool = field(True, Spec(BOOL), "skip prompts on an all-incorrect streak (False: always kept)")
+    rest_steps: int = field(0, Spec(INT, 0), "a prompt rolled out fewer than rest_steps training steps ago is "
+                            "skipped, whatever its streak (ours; 0: the paper's rule). Under deep skipping the "
+                            "pipeline re-reads the pool every few steps and GRESO re-rolls each mixed prompt at "
+                            "every reading; a rest spaces a prompt's rollouts as Dynamic Sampling's epochs do")
+    revisit_steps: int = field(0, Spec(INT, 0), "a prompt on a streak of z rollouts whose last rollout is at least "
+                               "revisit_steps * z training steps old is kept for sure: the policy has moved since "
+                               "its streak was seen (ours; 0: the paper's rule, whose only re-exploration is the "
+                               "0.01 floor per reading)")
     pass_sizing: str = sizing_field("adaptive")  # the paper's: DS's adaptive follow-ups
 
     def check_relations(self, prefix: str) -> None:
@@ -79,6 +87,8 @@ class GresoSelector(FilteringSelector):
     down to its clamp). Decisions are counter-based draws keyed by (seed, step, occurrence
     epoch, prompt id). Passes are sized by `pass_sizing` (adaptive, as Dynamic Sampling's), whose filtering GRESO
     keeps for the groups it could not predict. Its prediction is a score, the streak's length.
+    Ours, off by default: `rest_steps` skips a prompt rolled out fewer than that many steps ago, and
+    `revisit_steps` keeps for sure a prompt whose streak of z is revisit_steps · z steps old.
     """
 
     Settings = GresoSettings
@@ -95,6 +105,8 @@ class GresoSelector(FilteringSelector):
         # 0 = last rollout mixed or never rolled out. The two streaks are exclusive, so one array holds both.
         self.streak = np.zeros(self.num_prompts, dtype=np.int32)
         self.batch_short = False  # this step's batch had fewer usable groups than asked (set by finish_step)
+        # The step of each prompt's last rollout (-1: never), kept only for a rest or a revisit.
+        self.last_rollout_step = np.full(self.num_prompts if self._dated else 0, -1, dtype=np.int32)
         self._keep_table_cache: tuple[tuple[float, float], np.ndarray, int, int] | None = None
 
     @property
@@ -121,7 +133,20 @@ class GresoSelector(FilteringSelector):
         table, longest_hard, longest_easy = self._keep_table()
         streak = _past_patience(self.streak[ids], self.settings.easy_patience, self.settings.hard_patience)
         streak = np.clip(streak, -longest_hard, longest_easy)
-        return table[streak + longest_hard]
+        keep = table[streak + longest_hard]
+        if not self._dated:
+            return keep
+        last = self.last_rollout_step[ids]
+        age = np.where(last >= 0, self.step - last, -1)
+        if self.settings.revisit_steps:
+            stale = age >= self.settings.revisit_steps * np.abs(self.streak[ids]).astype(np.int64)
+            keep = np.where((self.streak[ids] != 0) & stale, 1.0, keep)
+        return np.where((age >= 0) & (age < self.settings.rest_steps), 0.0, keep)
+
+    @property
+    def _dated(self) -> bool:
+        """Whether the rule reads each prompt's last rollout step (a rest or a revisit)."""
+        return bool(self.settings.rest_steps or self.settings.revisit_steps)
 
     def _keep_table(self) -> tuple[np.ndarray, int, int]:
         """Keep probability for every streak value from -longest_hard to +longest_easy.
@@ -158,6 +183,8 @@ class GresoSelector(FilteringSelector):
         return np.where(streak > 0, OUTCOME_ALL_CORRECT, np.where(streak < 0, OUTCOME_ALL_INCORRECT, OUTCOME_NONE))
 
     def _update_history(self, ids, num_correct, num_samples, easy, hard) -> None:
+        if self._dated:
+            self.last_rollout_step[ids] = self.step
         if np.unique(ids).size == ids.size:
             self.streak[ids] = _next_streak(self.streak[ids], easy, hard)
             return
@@ -194,12 +221,17 @@ class GresoSelector(FilteringSelector):
         return float(min(max(p, self.settings.p_min), self.settings.p_max))
 
     def _history_state(self) -> dict[str, Any]:
-        return {"p_easy": self.p_easy, "p_hard": self.p_hard, "streak": self.streak.copy()}
+        state = {"p_easy": self.p_easy, "p_hard": self.p_hard, "streak": self.streak.copy()}
+        if self._dated:
+            state["last_rollout_step"] = self.last_rollout_step.copy()
+        return state
 
     def _load_history_state(self, state: dict[str, Any]) -> None:
         self.streak = self._loaded_prompt_array(state, "streak", np.int32, integer=True)
         self.p_easy = float(state["p_easy"])
         self.p_hard = float(state["p_hard"])
+        if self._dated:
+            self.last_rollout_step = self._loaded_prompt_array(state, "last_rollout_step", np.int32, integer=True)
 
 
 def _past_patience(streak: np.ndarray, easy_patience: int, hard_patience: int) -> np.ndarray:
@@ -235,3 +267,9 @@ register_variant("greso_fill", "greso", explore_when_short=True)
 # Ours, for the per-step learning diagnosis: GRESO's gap split into what its easy and its hard skips cost.
 register_variant("greso_hard_only", "greso", skip_easy=False)
 register_variant("greso_easy_only", "greso", skip_hard=False)
+# Ours, for the learning seeds of the `long` task: under deep skipping GRESO re-rolled each mixed prompt every
+# ~3 steps (Dynamic Sampling: every ~45); a prompt rests after each rollout, so the batch spreads over more prompts.
+register_variant("greso_rested", "greso", rest_steps=16)
+# Ours, for the same seeds: of the level-2 prompts ds_fixed trained on late in seed 5, GRESO had last seen 58% all
+# incorrect, a median 103 steps before. A streak of z expires after 50 z steps without a rollout, and prompts rest.
+register_variant("greso_spaced", "greso", rest_steps=16, revisit_steps=50)
