@@ -267,9 +267,10 @@ register_variant("greso_fill", "greso", explore_when_short=True)
 # Ours, for the per-step learning diagnosis: GRESO's gap split into what its easy and its hard skips cost.
 register_variant("greso_hard_only", "greso", skip_easy=False)
 register_variant("greso_easy_only", "greso", skip_hard=False)
-# Ours, for the learning seeds of the `long` task: under deep skipping GRESO re-rolled each mixed prompt every
-# ~3 steps (Dynamic Sampling: every ~45); a prompt rests after each rollout, so the batch spreads over more prompts.
-register_variant("greso_rested", "greso", rest_steps=16)
+# Ours, for the learning seeds of the `long` task: under deep skipping GRESO re-read the pool every ~2 steps and
+# trained its mixed prompts every ~5 (Dynamic Sampling: every ~44). A prompt rests after each rollout for about
+# ds_fixed's epoch there (~31 steps), so the batch spreads over as many prompts as DS's.
+register_variant("greso_rested", "greso", rest_steps=32)
 # Ours, for the same seeds: of the level-2 prompts ds_fixed trained on late in seed 5, GRESO had last seen 58% all
 # incorrect, a median 103 steps before. A streak of z expires after 50 z steps without a rollout, and prompts rest.
 register_variant("greso_spaced", "greso", rest_steps=16, revisit_steps=50)
