@@ -1,7 +1,7 @@
 """Where a selector's per-step deficit sits, level by level, paired with ds_fixed on the same seed.
 
   python experiments/bench/level_diagnosis.py --root runs/long --strategies greso@fixed --seeds 5,6 \
-      [--from_step 250] [--cache precise.json --step 400 --samples 64] [--out FILE.md]
+      [--from_step 250] [--cache precise.json --step 400 --samples 64] [--per_seed] [--out FILE.md]
 
 For arithmetic tasks, whose rows carry a difficulty level. Runs are ROOT/VARIANT/seedS with
 logging.group_trace on. Per strategy and level, over the steps after --from_step:
@@ -129,8 +129,8 @@ def paired(workdir: str, base_workdir: str, levels: np.ndarray, held_out_levels:
     out = {}
     for level in sorted(set(base) | set(mine)):
         empty = {"mixed_per_step": 0.0, "distinct": 0, "per_prompt": float("nan")}
-        row = {**{k: v for k, v in mine.get(level, empty).items()},
-               **{f"base_{k}": v for k, v in base.get(level, empty).items()}, **view.get(level, {})}
+        row = {**mine.get(level, empty), **{f"base_{k}": v for k, v in base.get(level, empty).items()},
+               **view.get(level, {})}
         if accuracy is not None and level in accuracy[1]:
             row["held_out_diff"] = accuracy[0][level] - accuracy[1][level]
             row["base_held_out"] = accuracy[1][level]
@@ -178,6 +178,7 @@ def main(argv=None) -> int:
     parser.add_argument("--cache", default="", help="precise_eval.py's --cache, for held-out accuracy per level")
     parser.add_argument("--step", type=int, default=400, help="the graded checkpoint's step")
     parser.add_argument("--samples", type=int, default=64, help="the graded checkpoint's samples a prompt")
+    parser.add_argument("--per_seed", action="store_true", help="a row per seed instead of means over seeds")
     parser.add_argument("--out", default="")
     args = parser.parse_args(argv)
     cache = load_cache(args.cache)
@@ -193,7 +194,8 @@ def main(argv=None) -> int:
             if not os.path.exists(os.path.join(workdir, "summary.json")):
                 print(f"  {workdir}: not finished, left out", file=sys.stderr)
                 continue
-            result.setdefault(strategy, {})[seed] = paired(workdir, base_workdir, levels, held_out_levels,
+            name = f"{strategy}, seed {seed}" if args.per_seed else strategy
+            result.setdefault(name, {})[seed] = paired(workdir, base_workdir, levels, held_out_levels,
                                                            args.from_step, cache, args.step, args.samples)
     text = table(result, args.from_step)
     print(text)
