@@ -34,6 +34,14 @@ _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 
 BUDGETS = (("responses", "responses"), ("wall", "step_s"), ("cpu", "cpu_s"))  # (name, run_curves key)
 
 
+def print_and_save(text: str, path: str = "") -> None:
+    """Prints a report's tables and, given a path (a script's --out), writes them there too."""
+    print(text)
+    if path:
+        with open(path, "w") as f:
+            f.write(text + "\n")
+
+
 def t_quantile_975(df: int) -> float:
     return _T975[df - 1] if df <= len(_T975) else 1.96
 

@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from experiments.bench.claim_report import mean_interval
+from experiments.bench.claim_report import mean_interval, print_and_save
 from experiments.bench.precise_eval import cache_key, load_cache
 from greso_jax.run.records import read_group_trace
 from greso_jax.selection import baseline
@@ -197,11 +197,7 @@ def main(argv=None) -> int:
             name = f"{strategy}, seed {seed}" if args.per_seed else strategy
             result.setdefault(name, {})[seed] = paired(workdir, base_workdir, levels, held_out_levels,
                                                            args.from_step, cache, args.step, args.samples)
-    text = table(result, args.from_step)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    print_and_save(table(result, args.from_step), args.out)
     return 0
 
 

@@ -39,7 +39,7 @@ from typing import Sequence
 
 import numpy as np
 
-from experiments.bench.claim_report import mean_interval
+from experiments.bench.claim_report import mean_interval, print_and_save
 from greso_jax.run.records import read_group_trace, read_lines
 from greso_jax.run.run_stats import run_curves, step_mean, step_total
 from greso_jax.selection import baseline
@@ -226,11 +226,7 @@ def main(argv=None) -> int:
         parser.error("--ablation takes A:B")
     result = diagnose(_roots(args.root), args.strategies.split(","), [int(s) for s in args.seeds.split(",")],
                       split_at=split_at)
-    text = tables(result, ablations, split_at)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    print_and_save(tables(result, ablations, split_at), args.out)
     return 0
 
 
