@@ -93,8 +93,10 @@ def _train_cmd(workdir, *overrides, policy=""):
 
 
 @pytest.mark.slow
-def test_sigkill_then_resume_reproduces_the_uninterrupted_run(tmp_path, warm_policy):
-    steps = ("--config.train.num_steps=6", "--config.logging.group_trace=True")
+@pytest.mark.parametrize("rule", [(), ("--config.selection.greso.rest_steps=2", "--config.selection.greso.revisit_steps=1")],
+                         ids=["paper", "rest_and_revisit"])  # the second keeps each prompt's last rollout step
+def test_sigkill_then_resume_reproduces_the_uninterrupted_run(tmp_path, warm_policy, rule):
+    steps = ("--config.train.num_steps=6", "--config.logging.group_trace=True", *rule)
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     subprocess.run(_train_cmd(tmp_path / "full", *steps, policy=warm_policy), check=True, timeout=600, env=env,
                    capture_output=True)
