@@ -86,7 +86,8 @@ def test_script_replays_a_recorded_run(tmp_path, warm_policy, capsys):
     assert "| mixed |" in printed and "calibration of 'greso'" not in printed
     rows = json.loads(out.read_text())["pooled"]
     assert [r["predictor"] for r in rows] == ["greso", "mopps", "posterior", "greso_patient", "greso_fill",
-                                              "greso_hard_only", "greso_easy_only", "greso_rested", "greso_spaced", "mopps_authors",
+                                              "greso_hard_only", "greso_easy_only", "greso_rested", "greso_spaced",
+                                              "mopps_authors",
                                               "posterior decay=0.3 fit_prior=False", "hindsight"]
     assert len({r["groups"] for r in rows}) == 1 and rows[0]["groups"] > 0
     for argv in (["--predictors", "magic"], ["--with", "magic:x=1"], ["--with", "posterior:decay"]):

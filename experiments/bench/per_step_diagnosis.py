@@ -45,9 +45,10 @@ from greso_jax.run.run_stats import run_curves, step_mean, step_total
 from greso_jax.selection import baseline
 
 BASELINE = baseline().name
-CANDIDATES = ("coverage", "batch_fill", "concentration", "spacing", "signal", "frontier_informative_share", "entropy",
-              "reroll_share")
+CANDIDATES = ("coverage", "batch_fill", "concentration", "spacing", "signal", "frontier_informative_share",
+              "entropy", "reroll_share")
 RELATIVE = {"coverage": "mixed_prompts", "batch_fill": "batch_groups"}  # candidate -> measure, over ds_fixed's
+BASELINE_COLUMNS = ("spacing", "signal", "entropy")  # candidates whose ds_fixed value the table shows beside
 
 
 def group_statistics(trace: Sequence[dict]) -> dict:
@@ -172,12 +173,12 @@ def tables(result: dict, ablations: Sequence[tuple[str, str]], split_at: Sequenc
     lines = [f"**Per-step gap and candidate causes against {BASELINE}** (mean over seeds [95% t interval]; gap: "
              "mean accuracy difference over the evaluation steps; coverage: distinct prompts trained, share of "
              f"{BASELINE}'s; the {BASELINE} column pairs give its own value)", "",
-             "| strategy | seeds | " + " | ".join(keys) + f" | {BASELINE} spacing | {BASELINE} signal | {BASELINE} entropy |",
-             "|---|---|" + "---|" * (len(keys) + 3)]
+             "| strategy | seeds | " + " | ".join(keys) + "".join(f" | {BASELINE} {k}" for k in BASELINE_COLUMNS) + " |",
+             "|---|---|" + "---|" * (len(keys) + len(BASELINE_COLUMNS))]
     for name, seeds in result.items():
         rows = list(seeds.values())
         cells = [_cell(mean_interval([r[k] for r in rows])) for k in keys]
-        base = [_cell(mean_interval([r[f"{k}_baseline"] for r in rows])) for k in ("spacing", "signal", "entropy")]
+        base = [_cell(mean_interval([r[f"{k}_baseline"] for r in rows])) for k in BASELINE_COLUMNS]
         lines.append(f"| {name} | {len(rows)} | " + " | ".join(cells + base) + " |")
     if ablations:
         lines += ["", "**Ablations: paired effect on the gap** (gap(A) − gap(B) per seed, [95% t interval])", "",

@@ -30,7 +30,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from experiments.bench.claim_report import _interval_cell, mean_interval
+from experiments.bench.claim_report import _interval_cell, mean_interval, print_and_save
 from greso_jax.selection import baseline
 
 
@@ -216,11 +216,7 @@ def emit_paired(parser, args, per_run: dict, base: str, tables) -> None:
     against, exits through `parser` naming --root and --seeds."""
     if base not in per_run:
         parser.error(f"no {base} run under {args.root} for seeds {args.seeds}: nothing to pair against")
-    text = tables(per_run, base)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    print_and_save(tables(per_run, base), args.out)
 
 
 def graded_steps(workdir: str, steps: Sequence[int | None], samples: int, cache: dict, cache_path: str) -> dict:

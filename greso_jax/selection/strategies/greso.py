@@ -131,16 +131,17 @@ class GresoSelector(FilteringSelector):
         """Keep probability per prompt, float64 [N]."""
         ids = check_prompt_ids(prompt_ids, self.num_prompts, "greso.keep_probabilities")
         table, longest_hard, longest_easy = self._keep_table()
-        streak = _past_patience(self.streak[ids], self.settings.easy_patience, self.settings.hard_patience)
-        streak = np.clip(streak, -longest_hard, longest_easy)
+        raw = self.streak[ids]
+        streak = np.clip(_past_patience(raw, self.settings.easy_patience, self.settings.hard_patience),
+                         -longest_hard, longest_easy)
         keep = table[streak + longest_hard]
         if not self._dated:
             return keep
         last = self.last_rollout_step[ids]
         age = np.where(last >= 0, self.step - last, -1)
         if self.settings.revisit_steps:
-            stale = age >= self.settings.revisit_steps * np.abs(self.streak[ids]).astype(np.int64)
-            keep = np.where((self.streak[ids] != 0) & stale, 1.0, keep)
+            stale = age >= self.settings.revisit_steps * np.abs(raw).astype(np.int64)
+            keep = np.where((raw != 0) & stale, 1.0, keep)
         return np.where((age >= 0) & (age < self.settings.rest_steps), 0.0, keep)
 
     @property
