@@ -16,7 +16,8 @@ deviation each carries (estimated from the per-prompt counts). What remains in t
 runs trained: only more seeds narrow that.
 
 Graded checkpoints are kept in --cache (keyed by the run's real path, step and samples), so a second call,
-another root whose baseline is a link to the same runs, or a killed call resumes without regrading.
+another root whose baseline is a link to the same runs, or a killed call resumes without regrading. A run
+archived by archive_runs.py (no checkpoints, its grades in precise.json) is read from its archived grades.
 """
 
 from __future__ import annotations
@@ -107,8 +108,25 @@ def grade_checkpoint(workdir: str, step: int, samples: int) -> dict:
             "correct_counts": correct.sum(axis=1).astype(int).tolist()}
 
 
+ARCHIVED_GRADES = "precise.json"  # an archived run's grades, {archive_key: graded} (archive_runs.py)
+
+
+def archive_key(step: int, samples: int) -> str:
+    return f"{step}x{samples}"
+
+
 def cache_key(workdir: str, step: int, samples: int) -> str:
-    return f"{os.path.realpath(workdir)}@{step}x{samples}"
+    return f"{os.path.realpath(workdir)}@{archive_key(step, samples)}"
+
+
+def archived_grades(workdir: str) -> dict | None:
+    """An archived run's grades {archive_key: graded}, or None when `workdir` is not one (it has checkpoints,
+    or no precise.json)."""
+    path = os.path.join(workdir, ARCHIVED_GRADES)
+    if os.path.isdir(os.path.join(workdir, "checkpoints")) or not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
 
 
 def load_cache(path: str) -> dict:
@@ -198,14 +216,15 @@ def tables(per_run: dict[str, dict[int, dict[int, dict]]], base: str) -> str:
 
 
 def runs_with_checkpoints(root: str, strategies: str, seeds: str):
-    """(strategy, seed, workdir) of each run ROOT/VARIANT/seedS holding checkpoints, the baseline's first;
-    `strategies` and `seeds` are the comma-separated flags. A run without checkpoints is named on stderr."""
+    """(strategy, seed, workdir) of each run ROOT/VARIANT/seedS holding checkpoints (or archived grades), the
+    baseline's first; `strategies` and `seeds` are the comma-separated flags. A run with neither is named on
+    stderr."""
     base = baseline().name
     names = [base] + [s.strip() for s in strategies.split(",") if s.strip() and s.strip() != base]
     for strategy in names:
         for seed in (int(s) for s in seeds.split(",") if s.strip()):
             workdir = os.path.join(root, strategy, f"seed{seed}")
-            if not os.path.isdir(os.path.join(workdir, "checkpoints")):
+            if not os.path.isdir(os.path.join(workdir, "checkpoints")) and archived_grades(workdir) is None:
                 print(f"  {workdir}: no checkpoints, left out", file=sys.stderr)
                 continue
             yield strategy, seed, workdir
@@ -221,7 +240,11 @@ def emit_paired(parser, args, per_run: dict, base: str, tables) -> None:
 
 def graded_steps(workdir: str, steps: Sequence[int | None], samples: int, cache: dict, cache_path: str) -> dict:
     """{step: graded checkpoint with its sampling SDs} of one run at `steps` (None: its newest), read from
-    `cache` where graded before, else graded and added to it (saved to `cache_path` at once)."""
+    `cache` where graded before, else graded and added to it (saved to `cache_path` at once). An archived
+    run's grades come from its archive; a step it was not graded at is named on stderr and left out."""
+    archived = archived_grades(workdir)
+    if archived is not None:
+        return _archived_steps(workdir, archived, steps, samples)
     graded_at = {}
     for step in steps:
         if step is not None and not os.path.isdir(os.path.join(workdir, "checkpoints", str(step))):
@@ -234,6 +257,20 @@ def graded_steps(workdir: str, steps: Sequence[int | None], samples: int, cache:
             save_cache(cache_path, cache)
             print(f"  {workdir} step {graded['step']}: {graded['accuracy']:.4f} ({samples} samples), "
                   f"recorded {graded['recorded']}", file=sys.stderr)
+        graded_at[graded["step"]] = with_noise(graded)
+    return graded_at
+
+
+def _archived_steps(workdir: str, archived: dict, steps: Sequence[int | None], samples: int) -> dict:
+    graded_at = {}
+    at_samples = sorted(g["step"] for key, g in archived.items() if key == archive_key(g["step"], samples))
+    for step in steps:
+        step = step if step is not None else (at_samples[-1] if at_samples else None)
+        graded = archived.get(archive_key(step, samples)) if step is not None else None
+        if graded is None:
+            print(f"  {workdir}: archived without a grade at step {step} with {samples} samples, left out",
+                  file=sys.stderr)
+            continue
         graded_at[graded["step"]] = with_noise(graded)
     return graded_at
 

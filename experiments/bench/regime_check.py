@@ -27,7 +27,7 @@ import sys
 import numpy as np
 from absl import app, flags
 
-from greso_jax.run.records import read_lines
+from greso_jax.run.records import read_lines, record_path
 from greso_jax.run.run_stats import number, run_stats, step_total
 
 _RUNS = flags.DEFINE_multi_string("run", [], "LABEL=WORKDIR of a finished run (its metrics.jsonl)")
@@ -38,7 +38,7 @@ ROLLOUT_SHARE, ZERO_VARIANCE, CONSISTENCY, EPOCH_STEPS, EPOCHS = 0.70, (0.60, 0.
 
 def read_records(workdir: str) -> list[dict]:
     path = os.path.join(workdir, "metrics.jsonl")
-    if not os.path.isfile(path):
+    if record_path(path) is None:
         raise app.UsageError(f"--run: no metrics.jsonl in {workdir}")
     return read_lines(path)
 

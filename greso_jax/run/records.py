@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -96,7 +97,7 @@ class GroupTraceWriter:
 def read_group_trace(workdir: str) -> list[dict]:
     """The lines of `workdir/groups.jsonl`; a clear error when the run did not record one."""
     path = os.path.join(workdir, GroupTraceWriter.FILE)
-    if not os.path.exists(path):
+    if record_path(path) is None:
         raise FileNotFoundError(f"{path}: no group trace; run with --config.logging.group_trace=True")
     return read_lines(path)
 
@@ -167,11 +168,21 @@ class RecordsError(ConfigError):
     and line."""
 
 
+def record_path(path: str) -> str | None:
+    """`path`, or its gzip-compressed copy `path.gz` when only that exists (an archived run,
+    experiments/bench/archive_runs.py); None when neither does."""
+    for candidate in (path, path + ".gz"):
+        if os.path.isfile(candidate):
+            return candidate
+    return None
+
+
 def read_lines(path: str) -> list[dict]:
-    """The JSON objects of a jsonl record, one a line. A last line without its newline that is not
-    JSON is the write a killed run left unfinished, and is dropped; any other unreadable line is a
-    RecordsError naming the file and line."""
-    with open(path) as f:
+    """The JSON objects of a jsonl record, one a line (read from `path.gz` when only that exists). A
+    last line without its newline that is not JSON is the write a killed run left unfinished, and is
+    dropped; any other unreadable line is a RecordsError naming the file and line."""
+    path = record_path(path) or path
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
         lines = f.readlines()
     out = []
     for number, line in enumerate(lines, start=1):
@@ -191,7 +202,7 @@ def read_lines(path: str) -> list[dict]:
 
 def read_metrics(workdir: str) -> list[dict]:
     path = os.path.join(workdir, "metrics.jsonl")
-    return read_lines(path) if os.path.exists(path) else []
+    return read_lines(path) if record_path(path) else []
 
 
 class Progress:
