@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from experiments.bench import archive_runs
 from experiments.bench import precise_eval as script
 from greso_jax.run.trainer import Trainer
 
@@ -98,3 +99,10 @@ def test_script_regrades_real_runs_and_resumes_from_its_cache(tmp_path, warm_pol
     (tmp_path / "replicates" / "ds_fixed").symlink_to(root / "ds_fixed")
     assert script.main([*args, "--baseline_replicates", str(tmp_path / "replicates")]) == 0
     assert "the mean of its 2 replicates" in capsys.readouterr().out
+    # archived (records and grades, no checkpoints), the runs pair as before
+    archive = tmp_path / "archive"
+    assert archive_runs.main(["--root", str(root), "--out", str(archive), "--precise_cache", str(cache)]) == 0
+    capsys.readouterr()
+    assert not (archive / "greso" / "seed0" / "checkpoints").exists()
+    assert script.main(["--root", str(archive), *args[2:-4]]) == 0  # neither the cache nor --out
+    assert capsys.readouterr().out == printed
