@@ -398,3 +398,55 @@ def test_revisit_steps_keeps_a_streak_once_it_is_revisit_steps_times_its_length_
     for step, expected in ((22, 0.0), (23, 0.16), (40, 0.16), (41, 1.0)):
         selector.begin_step(step, epoch=1)
         assert selector.keep_probabilities([0])[0] == pytest.approx(expected), step
+
+
+def test_measured_floor_keeps_streaks_at_their_level_and_sides_recent_mixed_rate():
+    """measured_floor: a streak prompt is kept at least at its (level, side) cell's decayed rate of mixed groups
+    among rolled-out streak prompts, with one group of prior at 0.01; the rates hold for a whole step, decay by
+    floor_memory at its end, and travel in the state (only then: the paper's rule keeps its checkpoint keys)."""
+    settings = dict(p_easy=0.05, p_hard=0.05, delta_p=0.0, measured_floor=True, floor_memory=0.5, seed=0)
+    levels = np.array([0, 0, 0, 1, 1, -1])
+    selector = GresoSelector(6, prompt_levels=levels, **settings)
+    selector.begin_step(0, epoch=1)
+    selector.observe(np.arange(6), groups("h", "h", "h", "e", "e", "h"))  # no streak before: nothing counted
+    selector.end_step()
+    selector.begin_step(1, epoch=1)
+    np.testing.assert_allclose(selector.keep_probabilities(np.arange(6)), [0.05] * 6)
+    selector.observe([0, 1, 3], groups("m", "h", "e"))  # level 0 hard: 1 mixed of 2; level 1 easy: 0 of 1
+    np.testing.assert_allclose(selector.keep_probabilities([2, 4]), [0.05, 0.05])  # fixed within the step
+    selector.end_step()  # counts halve: level 0 hard 0.5 mixed of 1 group, level 1 easy 0 of 0.5
+    selector.begin_step(2, epoch=1)
+    hard_floor = (0.5 + 0.01) / (1 + 1)
+    np.testing.assert_allclose(selector.keep_probabilities(np.arange(6)),
+                               # mixed now; hard z=2 and z=1 at level 0; easy z=2 (cell floor under 0.01)
+                               # and z=1 at level 1; the level-less prompt's cell has no evidence
+                               [1.0, hard_floor, hard_floor, 0.01, 0.05, 0.05])
+    restored = GresoSelector(6, prompt_levels=levels, **settings)
+    restored.load_state_dict({k: np.asarray(v) for k, v in selector.state_dict().items()})
+    restored.begin_step(2, epoch=1)
+    np.testing.assert_allclose(restored.keep_probabilities(np.arange(6)), selector.keep_probabilities(np.arange(6)))
+    assert "flip_counts" not in GresoSelector(6).state_dict()
+    with pytest.raises(ValueError, match="missing.*flip_counts"):
+        restored.load_state_dict(GresoSelector(6, p_easy=0.05, p_hard=0.05, delta_p=0.0, seed=0).state_dict())
+    state = selector.state_dict()
+    state["flip_counts"] = state["flip_counts"][..., ::-1]  # more mixed groups than groups
+    with pytest.raises(ValueError, match="flip_counts"):
+        restored.load_state_dict(state)
+    with pytest.raises(Exception, match="floor_memory"):
+        GresoSelector(6, measured_floor=True, floor_memory=0.0)
+    with pytest.raises(ValueError, match="greso: prompt_levels"):
+        GresoSelector(6, prompt_levels=np.zeros(5, np.int64), measured_floor=True)
+
+
+def test_measured_floor_without_levels_is_one_rate_per_side():
+    selector = GresoSelector(4, p_easy=0.05, p_hard=0.05, delta_p=0.0, measured_floor=True, floor_memory=1.0, seed=0)
+    selector.begin_step(0, epoch=1)
+    selector.observe(np.arange(4), groups("h", "h", "e", "e"))
+    selector.end_step()
+    selector.begin_step(1, epoch=1)
+    selector.observe(np.arange(4), groups("m", "h", "m", "m"))  # hard: 1 of 2 mixed; easy: 2 of 2
+    selector.end_step()
+    selector.begin_step(2, epoch=1)
+    assert selector.flip_counts.shape == (1, 2, 2)
+    np.testing.assert_allclose(selector.floors, [[(2 + 0.01) / 3, (1 + 0.01) / 3]])
+    np.testing.assert_allclose(selector.keep_probabilities([1]), [(1 + 0.01) / 3])  # hard z=2

@@ -38,10 +38,12 @@ def test_stable_rates_are_ranked_and_the_keep_share_selects_the_informative():
     levels = np.full(rates.size, -1)
     replayed = predictor_replay.replay(trace, levels, 8)
     # those that predict, then the named variants that do (greso_patient and the one-sided GRESOs: GRESO's
-    # streak score as their rules count it; greso_fill, greso_rested, greso_spaced and mopps_authors: the same
-    # predictors as greso and mopps, another adaptation, rest, revisit or step shape), then hindsight
+    # streak score as their rules count it; greso_fill, greso_rested, greso_spaced, greso_frontier and
+    # mopps_authors: the same predictors as greso and mopps, another adaptation, rest, revisit, floor or step
+    # shape), then hindsight
     assert list(replayed) == ["greso", "mopps", "posterior", "greso_patient", "greso_fill", "greso_hard_only",
-                              "greso_easy_only", "greso_rested", "greso_spaced", "mopps_authors", "hindsight"]
+                              "greso_easy_only", "greso_rested", "greso_spaced", "greso_frontier", "mopps_authors",
+                              "hindsight"]
     assert not replayed["greso"]["probability"] and replayed["mopps"]["probability"]
     rows = {r["predictor"]: r for r in predictor_replay.summarize(replayed)}
     assert rows["posterior"]["groups"] == 11 * 100  # the first step has no history
@@ -87,6 +89,7 @@ def test_script_replays_a_recorded_run(tmp_path, warm_policy, capsys):
     rows = json.loads(out.read_text())["pooled"]
     assert [r["predictor"] for r in rows] == ["greso", "mopps", "posterior", "greso_patient", "greso_fill",
                                               "greso_hard_only", "greso_easy_only", "greso_rested", "greso_spaced",
+                                              "greso_frontier",
                                               "mopps_authors",
                                               "posterior decay=0.3 fit_prior=False", "hindsight"]
     assert len({r["groups"] for r in rows}) == 1 and rows[0]["groups"] > 0

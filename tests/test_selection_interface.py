@@ -155,7 +155,7 @@ def test_the_registry_names_the_baseline_the_bound_and_the_variants():
     assert baseline().settings == {"pass_sizing": "fixed"} and bound() == "oracle"
     assert causal_bound() == "known_rate" and STRATEGIES.get(causal_bound()).simulation_only
     assert [v.name for v in named_variants()] == ["ds_fixed", "greso_patient", "greso_fill", "greso_hard_only",
-                                                  "greso_easy_only", "greso_rested", "greso_spaced",
+                                                  "greso_easy_only", "greso_rested", "greso_spaced", "greso_frontier",
                                                   "mopps_authors"]
     assert variant("greso").settings == {} and variant("ds_fixed") == baseline()
     fixed = build("dynamic_sampling", **variant("ds_fixed").settings)

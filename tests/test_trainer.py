@@ -94,8 +94,10 @@ def _train_cmd(workdir, *overrides, policy=""):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("rule", [(), ("--config.selection.greso.rest_steps=2",
-                                         "--config.selection.greso.revisit_steps=1")],
-                         ids=["paper", "rest_and_revisit"])  # the second keeps each prompt's last rollout step
+                                         "--config.selection.greso.revisit_steps=1",
+                                         "--config.selection.greso.measured_floor=True")],
+                         # the second keeps each prompt's last rollout step and the floor's counts per level
+                         ids=["paper", "rest_revisit_floor"])
 def test_sigkill_then_resume_reproduces_the_uninterrupted_run(tmp_path, warm_policy, rule):
     steps = ("--config.train.num_steps=6", "--config.logging.group_trace=True", *rule)
     env = dict(os.environ, JAX_PLATFORMS="cpu")

@@ -46,6 +46,18 @@ def check_prompt_ids(prompt_ids, num_prompts: int, where: str) -> np.ndarray:
     return ids
 
 
+def level_indices(prompt_levels, num_prompts: int, where: str) -> np.ndarray:
+    """prompt_levels (int [num_prompts], -1 = no level; None: no levels) -> level index int64 [num_prompts]:
+    0 for a prompt without a level, l + 1 for data level l. Raises naming `where` on a wrong shape or value."""
+    if prompt_levels is None:
+        return np.zeros(num_prompts, np.int64)
+    levels = np.asarray(prompt_levels)
+    if levels.shape != (num_prompts,) or not np.issubdtype(levels.dtype, np.integer) or (levels < -1).any():
+        raise ValueError(f"{where}: prompt_levels must be integers >= -1 of shape [{num_prompts}], "
+                         f"got {levels.dtype} {levels.shape}")
+    return levels.astype(np.int64) + 1
+
+
 class Selector:
     """Base of every strategy; on its own it is vanilla GRPO's step shape with no history.
 

@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from greso_jax.core.specs import BOOL, FLOAT, INT, ConfigError, Spec, field
-from greso_jax.selection.base import OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_NONE, check_prompt_ids
+from greso_jax.selection.base import (OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, OUTCOME_NONE, check_prompt_ids,
+                                      level_indices)
 from greso_jax.selection.counter_rng import Stream
 from greso_jax.selection.groups import Group
 from greso_jax.selection.pass_sizing import sizing_field
@@ -20,6 +21,9 @@ from greso_jax.selection.settings import Ablation, StrategySettings
 from greso_jax.selection.strategies.dynamic_sampling import FilteringSelector
 
 KEEP_FLOOR = 0.01  # every prompt keeps at least this chance of being re-explored
+# The measured floor's prior: one group's worth of evidence at the paper's floor, so a cell with no rollouts
+# yet keeps its streak prompts at KEEP_FLOOR and a few mixed groups raise it.
+_FLOOR_PRIOR_GROUPS = 1.0
 _UNIT = Spec(FLOAT, 0, 1)
 
 
@@ -57,6 +61,14 @@ class GresoSettings(StrategySettings):
                                "revisit_steps * z training steps old is kept for sure: the policy has moved since "
                                "its streak was seen (ours; 0: the paper's rule, whose only re-exploration is the "
                                "0.01 floor per reading)")
+    measured_floor: bool = field(False, Spec(BOOL), "a prompt on a streak is kept at least at the rate at which "
+                                 "the streak prompts of its data level and side (all correct / all incorrect) "
+                                 "that were rolled out lately came back mixed, instead of 0.01 (ours; False: the "
+                                 "paper's rule). The level tells the frontier (a three-digit sum failed once, "
+                                 "mixed again 30% of the time) from what stays zero-variance (a product never "
+                                 "taught: 0.1%); without levels it is one rate per side")
+    floor_memory: float = field(0.98, Spec(FLOAT, 0, 1, low_open=True), "weight the measured floor's counts keep "
+                                "at each training step (0.98: a half-life of ~35 steps)")
     pass_sizing: str = sizing_field("adaptive")  # the paper's: DS's adaptive follow-ups
 
     def check_relations(self, prefix: str) -> None:
@@ -87,8 +99,11 @@ class GresoSelector(FilteringSelector):
     down to its clamp). Decisions are counter-based draws keyed by (seed, step, occurrence
     epoch, prompt id). Passes are sized by `pass_sizing` (adaptive, as Dynamic Sampling's), whose filtering GRESO
     keeps for the groups it could not predict. Its prediction is a score, the streak's length.
-    Ours, off by default: `rest_steps` skips a prompt rolled out fewer than that many steps ago, and
-    `revisit_steps` keeps for sure a prompt whose streak of z is revisit_steps · z steps old.
+    Ours, off by default: `rest_steps` skips a prompt rolled out fewer than that many steps ago,
+    `revisit_steps` keeps for sure a prompt whose streak of z is revisit_steps · z steps old, and
+    `measured_floor` keeps a streak prompt at least at its (data level, side) cell's recent rate of
+    mixed groups among the cell's rolled-out streak prompts (counts decayed by `floor_memory` a step;
+    the rates are fixed at the start of a step, as p_easy / p_hard are).
     """
 
     Settings = GresoSettings
@@ -96,7 +111,11 @@ class GresoSelector(FilteringSelector):
     ablation = Ablation("delta_p", (0.0025, 0.005, 0.01, 0.02, 0.05), label="Δp")
     prediction_is_chance = False
 
-    def __init__(self, num_prompts: int, **common):
+    extras = ("prompt_levels",)
+
+    def __init__(self, num_prompts: int, *, prompt_levels=None, **common):
+        """prompt_levels: the data's level per prompt (int [num_prompts], -1 none; None: no levels), read only
+        by the measured floor."""
         super().__init__(num_prompts, **common)
         # The adapted keep bases: state, starting from the settings.
         self.p_easy = float(self.settings.p_easy)
@@ -108,6 +127,12 @@ class GresoSelector(FilteringSelector):
         # The step of each prompt's last rollout (-1: never), kept only for a rest or a revisit.
         self.last_rollout_step = np.full(self.num_prompts if self._dated else 0, -1, dtype=np.int32)
         self._keep_table_cache: tuple[tuple[float, float], np.ndarray, int, int] | None = None
+        # The measured floor: per (level index, side 0 = all correct / 1 = all incorrect), the decayed count of
+        # mixed groups and of groups among rolled-out streak prompts, float64 [L, 2, 2]; kept only when on.
+        floor = self.settings.measured_floor
+        self.level_index = level_indices(prompt_levels if floor else None, self.num_prompts, "greso")
+        self.flip_counts = np.zeros((int(self.level_index.max()) + 1 if floor else 0, 2, 2))
+        self.floors = self._measured_floors()  # [L, 2], fixed for a step
 
     @property
     def z_easy(self) -> np.ndarray:
@@ -135,6 +160,9 @@ class GresoSelector(FilteringSelector):
         streak = np.clip(_past_patience(raw, self.settings.easy_patience, self.settings.hard_patience),
                          -longest_hard, longest_easy)
         keep = table[streak + longest_hard]
+        if self.settings.measured_floor:
+            floor = self.floors[self.level_index[ids], (raw < 0).astype(np.int64)]
+            keep = np.where(streak != 0, np.maximum(keep, floor), keep)
         if not self._dated:
             return keep
         last = self.last_rollout_step[ids]
@@ -164,6 +192,18 @@ class GresoSelector(FilteringSelector):
         self._keep_table_cache = ((self.p_easy, self.p_hard), table, hard.size - 1, easy.size - 1)
         return table, hard.size - 1, easy.size - 1
 
+    def _measured_floors(self) -> np.ndarray:
+        """Keep floor per (level index, side), float64 [L, 2]: the cell's rate of mixed groups, its counts
+        pulled toward KEEP_FLOOR by one group's worth of prior, never below KEEP_FLOOR."""
+        mixed, groups = self.flip_counts[..., 0], self.flip_counts[..., 1]
+        rate = (mixed + KEEP_FLOOR * _FLOOR_PRIOR_GROUPS) / (groups + _FLOOR_PRIOR_GROUPS)
+        return np.clip(rate, KEEP_FLOOR, 1.0)
+
+    def begin_step(self, step: int, *, epoch: int = 0) -> None:
+        super().begin_step(step, epoch=epoch)
+        if self.settings.measured_floor:
+            self.floors = self._measured_floors()
+
     def should_keep(self, prompt_ids, epochs=None) -> np.ndarray:
         ids = check_prompt_ids(prompt_ids, self.num_prompts, "greso.should_keep")
         return self.occurrence_uniforms(ids, epochs, Stream.GRESO_KEEP) < self.keep_probabilities(ids)
@@ -187,11 +227,22 @@ class GresoSelector(FilteringSelector):
         if self._dated:
             self.last_rollout_step[ids] = self.step
         if np.unique(ids).size == ids.size:
+            self._count_flips(ids, self.streak[ids], ~(easy | hard))
             self.streak[ids] = _next_streak(self.streak[ids], easy, hard)
             return
         for row, prompt in enumerate(ids):  # a prompt repeated in one call: apply in rollout order
+            self._count_flips(ids[row:row + 1], self.streak[prompt:prompt + 1], ~(easy | hard)[row:row + 1])
             self.streak[prompt] = _next_streak(self.streak[prompt:prompt + 1], easy[row:row + 1],
                                                hard[row:row + 1])[0]
+
+    def _count_flips(self, ids: np.ndarray, streak: np.ndarray, mixed: np.ndarray) -> None:
+        """Adds the groups of prompts that were on a streak (signed, before this rollout) to their cells."""
+        if not self.settings.measured_floor:
+            return
+        on_streak = streak != 0
+        cells = (self.level_index[ids[on_streak]], (streak[on_streak] < 0).astype(np.int64))
+        np.add.at(self.flip_counts[..., 0], cells, mixed[on_streak])
+        np.add.at(self.flip_counts[..., 1], cells, 1.0)
 
     def finish_step(self, groups: list[Group], train_batch_size: int) -> list[Group]:
         batch = super().finish_step(groups, train_batch_size)
@@ -200,6 +251,7 @@ class GresoSelector(FilteringSelector):
 
     def _adapt(self) -> None:
         s = self.settings
+        self.flip_counts *= s.floor_memory
         short, self.batch_short = self.batch_short, False
         if self.step_groups == 0 or self.epoch < s.adapt_from_epoch:
             return
@@ -225,6 +277,8 @@ class GresoSelector(FilteringSelector):
         state = {"p_easy": self.p_easy, "p_hard": self.p_hard, "streak": self.streak.copy()}
         if self._dated:
             state["last_rollout_step"] = self.last_rollout_step.copy()
+        if self.settings.measured_floor:
+            state["flip_counts"] = self.flip_counts.copy()
         return state
 
     def _load_history_state(self, state: dict[str, Any]) -> None:
@@ -233,6 +287,14 @@ class GresoSelector(FilteringSelector):
         self.p_hard = float(state["p_hard"])
         if self._dated:
             self.last_rollout_step = self._loaded_prompt_array(state, "last_rollout_step", np.int32, integer=True)
+        if self.settings.measured_floor:
+            counts = np.asarray(state["flip_counts"], np.float64)
+            if counts.shape != self.flip_counts.shape or not np.all(np.isfinite(counts)) or np.any(counts < 0) or \
+                    np.any(counts[..., 0] > counts[..., 1]):
+                raise ValueError(f"greso.load_state_dict: flip_counts must be finite counts [{self.flip_counts.shape}] "
+                                 f"with mixed <= groups, got {counts.shape}")
+            self.flip_counts = counts.copy()
+            self.floors = self._measured_floors()
 
 
 def _past_patience(streak: np.ndarray, easy_patience: int, hard_patience: int) -> np.ndarray:
@@ -275,3 +337,7 @@ register_variant("greso_rested", "greso", rest_steps=32)
 # Ours, for the same seeds: of the level-2 prompts ds_fixed trained on late in seed 5, GRESO had last seen 58% all
 # incorrect, a median 103 steps before. A streak of z expires after 50 z steps without a rollout, and prompts rest.
 register_variant("greso_spaced", "greso", rest_steps=16, revisit_steps=50)
+# Ours, for the same seeds: late in seed 5 ds_fixed found 30% of its level-2 and 43% of its level-3 prompts last
+# seen all incorrect mixed again (products never taught: 0.1%), and 50% of those last seen all correct; GRESO
+# skips them all at one rate. A rest, and a floor per data level and side measured from the rolled-out streaks.
+register_variant("greso_frontier", "greso", rest_steps=32, measured_floor=True)

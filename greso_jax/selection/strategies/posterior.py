@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from greso_jax.core.specs import BOOL, FLOAT, ConfigError, Spec, field
-from greso_jax.selection.base import OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, check_prompt_ids
+from greso_jax.selection.base import OUTCOME_ALL_CORRECT, OUTCOME_ALL_INCORRECT, check_prompt_ids, level_indices
 from greso_jax.selection.beta import zero_variance_chance, zero_variance_sides
 from greso_jax.selection.counter_rng import Stream
 from greso_jax.selection.pass_sizing import sizing_field
@@ -95,7 +95,7 @@ class PosteriorSelector(FilteringSelector):
         """prompt_levels: the data's level per prompt (int [num_prompts], -1 none; None: no levels)."""
         super().__init__(num_prompts, **common)
         # Level index per prompt: 0 = no level, l + 1 = data level l.
-        self.level_index = _level_index(prompt_levels, self.num_prompts)
+        self.level_index = level_indices(prompt_levels, self.num_prompts, "posterior")
         self.num_levels = int(self.level_index.max()) + 1
         self.threshold = float(self.settings.threshold)
         self.calibration = 1.0  # running observed / predicted informative groups
@@ -320,17 +320,6 @@ class PosteriorSelector(FilteringSelector):
         self.step_informed = int(state["step_informed"])
         self.step_predicted_kept = int(state["step_predicted_kept"])
         self.step_predicted_kept_zero_variance = int(state["step_predicted_kept_zero_variance"])
-
-
-def _level_index(prompt_levels, num_prompts: int) -> np.ndarray:
-    """prompt_levels (int [num_prompts], -1 = no level; None: no levels) -> level index int64 [num_prompts]."""
-    if prompt_levels is None:
-        return np.zeros(num_prompts, np.int64)
-    levels = np.asarray(prompt_levels)
-    if levels.shape != (num_prompts,) or not np.issubdtype(levels.dtype, np.integer) or (levels < -1).any():
-        raise ValueError(f"posterior: prompt_levels must be integers >= -1 of shape [{num_prompts}], "
-                         f"got {levels.dtype} {levels.shape}")
-    return levels.astype(np.int64) + 1
 
 
 def _fit_beta(moments: np.ndarray) -> tuple[float, float] | None:
