@@ -8,7 +8,7 @@ precise accuracy (64 samples a prompt, step 400) of ds_fixed and of the mean of 
 0-4) or from a ds_fixed rerun in the archive (seeds 5, 6).
 
     python experiments/results/2026-12-05-long-task/sixth_pass/paired_with_committed.py \
-        --archive experiments/results/2026-12-05-long-task/sixth_pass/runs --strategies greso_rested,greso_frontier
+        --archive experiments/results/2026-12-05-long-task/sixth_pass/runs
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def archived_run(archive: str, variant: str, seed: int) -> dict | None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--archive", default=os.path.join(HERE, "runs"))
-    parser.add_argument("--strategies", default="greso_rested,greso_frontier")
+    parser.add_argument("--strategies", default="greso_rested,greso_frontier,greso_frontier@fixed")
     parser.add_argument("--seeds", default="0,1,2,3,4,5,6")
     args = parser.parse_args(argv)
     precise = committed_precise(os.path.join(PASS_DIR, "fifth_pass", "precise_eval.md"))
