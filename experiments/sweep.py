@@ -28,6 +28,21 @@ def is_finished(workdir: str) -> bool:
     return os.path.exists(os.path.join(workdir, "summary.json"))
 
 
+def finished_runs(root: str, variants: set[str] | None = None, seeds: set[int] | None = None):
+    """(variant, seed, workdir) of every finished run ROOT/VARIANT/seedS, in sorted order, optionally only the
+    given variants and seeds; the warm-start cache is not a run."""
+    for variant in sorted(os.listdir(root)):
+        folder = os.path.join(root, variant)
+        if variant == "warmstart" or not os.path.isdir(folder) or (variants and variant not in variants):
+            continue
+        for seed_dir in sorted(os.listdir(folder)):
+            if not seed_dir.startswith("seed") or not seed_dir[4:].isdigit():
+                continue
+            workdir = os.path.join(folder, seed_dir)
+            if (not seeds or int(seed_dir[4:]) in seeds) and is_finished(workdir):
+                yield variant, int(seed_dir[4:]), workdir
+
+
 def shared_warmstart(root: str) -> str:
     """The override that makes every run under `root` share one keyed warm-start cache
     (ROOT/warmstart): the first run with given warm-start settings trains and publishes it, the

@@ -28,28 +28,10 @@ import shutil
 import sys
 
 from experiments.bench.precise_eval import ARCHIVED_GRADES, archive_key, load_cache
-from experiments.sweep import is_finished
+from experiments.sweep import finished_runs
 
 PLAIN = ("summary.json", "config.json")
 COMPRESSED = ("metrics.jsonl", "groups.jsonl")
-
-
-def finished_runs(root: str, strategies: str = "", seeds: str = ""):
-    """(variant, seed, workdir) of every finished run under `root`, optionally only the named variants and
-    seeds (comma-separated), in sorted order; the warm-start cache is not a run."""
-    wanted_variants = {s.strip() for s in strategies.split(",") if s.strip()}
-    wanted_seeds = {int(s) for s in seeds.split(",") if s.strip()}
-    for variant in sorted(os.listdir(root)):
-        folder = os.path.join(root, variant)
-        if variant == "warmstart" or not os.path.isdir(folder) or (wanted_variants and variant not in wanted_variants):
-            continue
-        for seed_dir in sorted(os.listdir(folder)):
-            if not seed_dir.startswith("seed") or not seed_dir[4:].isdigit():
-                continue
-            seed = int(seed_dir[4:])
-            workdir = os.path.join(folder, seed_dir)
-            if (not wanted_seeds or seed in wanted_seeds) and is_finished(workdir):
-                yield variant, seed, workdir
 
 
 def precise_grades(workdir: str, cache: dict) -> dict:
@@ -97,7 +79,9 @@ def main(argv=None) -> int:
         parser.error("--out: must not lie inside --root (it would be read as a variant)")
     cache = load_cache(args.precise_cache)
     count = 0
-    for variant, seed, workdir in finished_runs(args.root, args.strategies, args.seeds):
+    variants = {s.strip() for s in args.strategies.split(",") if s.strip()}
+    seeds = {int(s) for s in args.seeds.split(",") if s.strip()}
+    for variant, seed, workdir in finished_runs(args.root, variants, seeds):
         target = os.path.join(args.out, variant, f"seed{seed}")
         written = archive_run(workdir, target, grades=precise_grades(workdir, cache), groups=not args.no_groups)
         size = sum(os.path.getsize(os.path.join(target, name)) for name in written)

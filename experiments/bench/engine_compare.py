@@ -20,7 +20,7 @@ import argparse
 import os
 
 from experiments.bench.claim_report import baseline_names, claims, claims_table
-from experiments.sweep import is_finished
+from experiments.sweep import finished_runs
 from greso_jax.run.records import read_lines
 from greso_jax.run.run_stats import run_stats, step_total
 
@@ -30,19 +30,13 @@ def read_runs(roots: dict[str, str]) -> dict[str, dict[int, list[dict]]]:
     variant's folder linked into a later root (a shared baseline, so that compare_strategies.py pairs within
     that root) is read once, under the first root's label."""
     runs: dict[str, dict[int, list[dict]]] = {}
-    seen: set[str] = set()
+    owner: dict[str, str] = {}  # real variant folder -> the name it is read under
     for label, root in roots.items():
-        for variant in sorted(os.listdir(root)):
-            folder = os.path.join(root, variant)
-            real = os.path.realpath(folder)
-            if variant == "warmstart" or not os.path.isdir(folder) or real in seen:
-                continue
-            seen.add(real)
-            for seed_dir in sorted(os.listdir(folder)):
-                workdir = os.path.join(folder, seed_dir)
-                if seed_dir.startswith("seed") and is_finished(workdir):
-                    records = read_lines(os.path.join(workdir, "metrics.jsonl"))
-                    runs.setdefault(f"{variant}@{label}", {})[int(seed_dir[4:])] = records
+        for variant, seed, workdir in finished_runs(root):
+            name = f"{variant}@{label}"
+            if owner.setdefault(os.path.realpath(os.path.dirname(workdir)), name) != name:
+                continue  # a variant folder read under an earlier name
+            runs.setdefault(name, {})[seed] = read_lines(os.path.join(workdir, "metrics.jsonl"))
     return runs
 
 

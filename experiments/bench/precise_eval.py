@@ -119,14 +119,10 @@ def cache_key(workdir: str, step: int, samples: int) -> str:
     return f"{os.path.realpath(workdir)}@{archive_key(step, samples)}"
 
 
-def archived_grades(workdir: str) -> dict | None:
-    """An archived run's grades {archive_key: graded}, or None when `workdir` is not one (it has checkpoints,
-    or no precise.json)."""
-    path = os.path.join(workdir, ARCHIVED_GRADES)
-    if os.path.isdir(os.path.join(workdir, "checkpoints")) or not os.path.isfile(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
+def is_archived(workdir: str) -> bool:
+    """Whether `workdir` is an archived run: no checkpoints, its grades in precise.json."""
+    return (not os.path.isdir(os.path.join(workdir, "checkpoints"))
+            and os.path.isfile(os.path.join(workdir, ARCHIVED_GRADES)))
 
 
 def load_cache(path: str) -> dict:
@@ -224,7 +220,7 @@ def runs_with_checkpoints(root: str, strategies: str, seeds: str):
     for strategy in names:
         for seed in (int(s) for s in seeds.split(",") if s.strip()):
             workdir = os.path.join(root, strategy, f"seed{seed}")
-            if not os.path.isdir(os.path.join(workdir, "checkpoints")) and archived_grades(workdir) is None:
+            if not os.path.isdir(os.path.join(workdir, "checkpoints")) and not is_archived(workdir):
                 print(f"  {workdir}: no checkpoints, left out", file=sys.stderr)
                 continue
             yield strategy, seed, workdir
@@ -242,9 +238,9 @@ def graded_steps(workdir: str, steps: Sequence[int | None], samples: int, cache:
     """{step: graded checkpoint with its sampling SDs} of one run at `steps` (None: its newest), read from
     `cache` where graded before, else graded and added to it (saved to `cache_path` at once). An archived
     run's grades come from its archive; a step it was not graded at is named on stderr and left out."""
-    archived = archived_grades(workdir)
-    if archived is not None:
-        return _archived_steps(workdir, archived, steps, samples)
+    if is_archived(workdir):
+        with open(os.path.join(workdir, ARCHIVED_GRADES)) as f:
+            return _archived_steps(workdir, json.load(f), steps, samples)
     graded_at = {}
     for step in steps:
         if step is not None and not os.path.isdir(os.path.join(workdir, "checkpoints", str(step))):

@@ -23,6 +23,7 @@ import sys
 from experiments.bench.claim_report import _interval_cell, mean_interval, ratio_interval
 from experiments.bench.precise_eval import archive_key
 from greso_jax.run.records import read_metrics
+from greso_jax.run.run_stats import run_stats
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PASS_DIR = os.path.dirname(HERE)
@@ -53,10 +54,10 @@ def archived_run(archive: str, variant: str, seed: int) -> dict | None:
     if not os.path.isdir(folder):
         return None
     grades = json.load(open(os.path.join(folder, "precise.json")))
-    records = [r for r in read_metrics(folder) if r.get("step", 0) > 0]
-    return {"precise": grades[archive_key(STEP, SAMPLES)]["accuracy"],
-            "responses": max(r.get("rollout/num_responses", 0) for r in records),
-            "cpu_s": sum(r.get("cpu/step", 0.0) for r in records), "steps": len(records)}
+    records = read_metrics(folder)
+    stats = run_stats(records)
+    return {"precise": grades[archive_key(STEP, SAMPLES)]["accuracy"], "responses": stats["responses"],
+            "cpu_s": stats["cpu_s"], "steps": sum(r.get("step", 0) > 0 for r in records)}
 
 
 def main(argv=None) -> int:
