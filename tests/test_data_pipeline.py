@@ -117,6 +117,27 @@ def test_a_sparse_filter_consumes_the_stream_exactly_up_to_the_nth_kept_prompt()
     assert stream.num_skipped == reference.get_state()["next_index"] - sum(len(kept) for kept, _ in pulls)
 
 
+class CountingOneInTen(OneInTen):
+    def __init__(self):
+        self.calls = 0
+
+    def should_keep(self, prompt_ids, epochs=None):
+        self.calls += 1
+        return super().should_keep(prompt_ids, epochs)
+
+
+def test_small_pulls_read_ahead_by_the_last_pulls_rate_without_changing_any_decision():
+    remembering, forgetting = CountingOneInTen(), CountingOneInTen()
+    streams = pipeline(keep_filter=remembering), pipeline(keep_filter=forgetting)
+    for n in [1, 2, 1, 3, 1, 1, 2, 1, 4, 1, 1, 1]:  # a stream step's refills: a few prompts at a time
+        streams[1].reset_read_ahead()  # every pull starts from a keep rate of 1
+        (kept_a, skipped_a), (kept_b, skipped_b) = (s.next_prompts(n) for s in streams)
+        assert ids(kept_a) == ids(kept_b) and skipped_a.tolist() == skipped_b.tolist()
+    assert streams[0].get_state() == streams[1].get_state()
+    # At a 10% keep rate a pull from a rate of 1 asks the filter ~4 times; from the last pull's rate ~1-2.
+    assert remembering.calls < 0.7 * forgetting.calls, (remembering.calls, forgetting.calls)
+
+
 def test_bad_keep_filter_and_bad_state():
     class Wrong:
         def should_keep(self, prompt_ids, epochs=None):
@@ -287,3 +308,6 @@ def test_the_skip_benchmark_pulls_what_its_keep_rate_implies():
     seconds, pulled, kept = bench.time_pulls(rows, keep_rate=0.1, batch=16, steps=5)
     assert kept == 80 and 400 < pulled < 1600 and seconds > 0  # about 800 pulled at a 10% keep rate
     assert bench.time_pulls(rows, keep_rate=1.0, batch=16, steps=5)[1:] == (80, 80)
+    small = bench.time_pulls(rows, keep_rate=0.1, batch=16, steps=5, pull=2)
+    assert small[1:] == bench.time_pulls(rows, keep_rate=0.1, batch=16, steps=5, pull=2, forget_rate=True)[1:]
+    assert small[1:] == (pulled, kept)  # the same prompts, gathered two at a time

@@ -98,6 +98,7 @@ class PromptPipeline:
         self.num_dropped_too_long = 0
         self.num_skipped = 0
         self._next_index = 0  # elements of this shard's stream read so far
+        self.reset_read_ahead()
         # Global stream position consumed so far (all hosts together): what lets a checkpoint of
         # one shard layout resume under another. None once a plain sharded pull made it unknowable.
         self._global_position: int | None = 0
@@ -132,6 +133,30 @@ class PromptPipeline:
     def _shard_epoch(self) -> int:
         """Elements of one epoch on this shard (the last shard's may be one fewer)."""
         return -(-len(self.rows) // self.shard_count)
+
+    def reset_read_ahead(self) -> None:
+        """Forgets the recent pulls' keep rate, so the next pull reads ahead as if it were the first. The
+        rate only sizes reads: keep decisions do not depend on it (nor is it saved with the state)."""
+        # Decayed (prompts kept, prompts pulled) over the recent calls of each kind: a sharded pull's counts
+        # are global and the same on every host, which must keep its read sizes equal; a local pull's are
+        # this host's own.
+        self._recent_pulls = {"local": (0.0, 0.0), "global": (0.0, 0.0)}
+
+    def _read_ahead(self, kind: str, wanted: int, kept: int, pulled: int) -> int:
+        """How many prompts to read for `wanted` more kept ones, given `kept` of `pulled` so far in this
+        call: by the keep rate of this call and the recent ones together, for one more than wanted where
+        the filter has skipped (a pull of one prompt then finds it in the first read ~86% of the time, and a
+        filter that keeps everything reads exactly what is asked), so that a caller pulling a
+        few prompts at a time (a stream step refilling its free lanes) reads a sparse filter's stream in
+        about one read instead of doubling up from a rate of 1 at every call. A read costs a fixed
+        ~0.1-0.2 ms, a prompt read ahead and left in the stream ~0.5 µs."""
+        recent_kept, recent_pulled = self._recent_pulls[kind]
+        keep_rate = (kept + recent_kept + 1) / (pulled + recent_pulled + 1)
+        return math.ceil((wanted + (keep_rate < 1)) / keep_rate)
+
+    def _remember_pull(self, kind: str, kept: int, pulled: int) -> None:
+        recent_kept, recent_pulled = self._recent_pulls[kind]
+        self._recent_pulls[kind] = (0.5 * recent_kept + kept, 0.5 * recent_pulled + pulled)
 
     def element(self, prompt_id: int) -> PromptElement:
         """The tokenised element of one prompt, outside the stream (its position and filter untouched)."""
@@ -216,10 +241,10 @@ class PromptPipeline:
         max_pulls = n + self._shard_epoch
         num_kept = pulled = 0
         while num_kept < n and pulled < max_pulls:
-            # Read ahead by the keep rate so far: keep decisions do not depend on the batch they are asked
-            # in, and a selector that skips most prompts would otherwise cost one call per few kept.
-            keep_rate = (num_kept + 1) / (pulled + 1)
-            rows, positions, local = self._peek_fitting(min(max_pulls - pulled, math.ceil((n - num_kept) / keep_rate)))
+            # Read ahead by the keep rate: keep decisions do not depend on the batch they are asked in,
+            # and a selector that skips most prompts would otherwise cost one call per few kept.
+            rows, positions, local = self._peek_fitting(min(max_pulls - pulled,
+                                                            self._read_ahead("local", n - num_kept, num_kept, pulled)))
             ids = self._id_of_row[rows]
             keep = self._keep(ids, positions)
             used = len(rows)
@@ -232,6 +257,7 @@ class PromptPipeline:
             num_kept += int(np.count_nonzero(keep[:used]))
         skipped_ids = np.concatenate(skipped)
         self.num_skipped += len(skipped_ids)
+        self._remember_pull("local", num_kept, pulled)
         self._global_position = self._next_index if self.shard_count == 1 else None
         return [self._elements[int(row)] for part in kept_rows for row in part], skipped_ids
 
@@ -248,8 +274,7 @@ class PromptPipeline:
         last_position = -1
         max_pulls = n + len(self.rows)
         while len(kept) < n and read * self.shard_count < max_pulls:
-            keep_rate = (len(kept) + 1) / (len(kept) + len(skipped) + 1)  # read ahead as next_prompts does
-            chunk = -(-math.ceil((n - len(kept)) / keep_rate) // self.shard_count)
+            chunk = -(-self._read_ahead("global", n - len(kept), len(kept), len(kept) + len(skipped)) // self.shard_count)
             rows, positions = self._rows_at(start + read + np.arange(chunk))
             read += chunk
             fits = self._fitting(rows)
@@ -274,6 +299,7 @@ class PromptPipeline:
         if self._global_position is not None and last_position >= 0:
             self._global_position = last_position + 1
         self.num_skipped += len(skipped)
+        self._remember_pull("global", len(kept), len(kept) + len(skipped))
         return [self.element(prompt_id) for prompt_id in kept], np.array(skipped, dtype=np.int64)
 
     def get_state(self) -> dict:
@@ -308,3 +334,4 @@ class PromptPipeline:
         self._global_position = None if global_position is None else int(global_position)
         self.num_dropped_too_long = int(state["num_dropped_too_long"])
         self.num_skipped = int(state["num_skipped"])
+        self.reset_read_ahead()
