@@ -154,8 +154,8 @@ def test_once_per_step_drops_repeats_in_the_stream():
     assert result.metrics["selection/repeats_dropped"] == 6  # epochs two and three of the scripted stream
 
 
-@pytest.mark.parametrize("in_flight", ["abort", "carry"])
-def test_no_pulled_prompt_vanishes(in_flight):
+@pytest.mark.parametrize("in_flight,admission", [("abort", "fill"), ("carry", "fill"), ("carry", "fit")])
+def test_no_pulled_prompt_vanishes(in_flight, admission):
     """Every kept prompt pulled is rolled out or pending (aborted or never admitted, admitted first next
     step); over the first epoch every prompt is rolled out, skipped or pending."""
     selector, backend = _setup("greso", lanes=3, num_prompts=12)
@@ -171,10 +171,11 @@ def test_no_pulled_prompt_vanishes(in_flight):
     for step in range(1, 6):
         pending_in = [p for p, _ in carry.pending]
         result, carry = run_stream_step(selector, step, pull_prompts=pull, backend=backend, train_batch_size=2,
-                                        max_responses=10_000, in_flight=in_flight, carry=carry)
+                                        max_responses=10_000, in_flight=in_flight, carry=carry, admission=admission)
         rolled.update(g.prompt_id for g in result.rolled_out)
         admitted_first = backend.admitted[len(backend.admitted) - int(result.metrics["stream/admitted"]):]
-        assert admitted_first[:len(pending_in)] == pending_in  # data order: the pending enter first
+        first = min(len(pending_in), len(admitted_first))  # fit admission may not need them all this step
+        assert admitted_first[:first] == pending_in[:first]  # data order: the pending enter first
         pending_seen += len(carry.pending)
         assert pulled == rolled + collections.Counter(p for p, _ in carry.pending), step
         if backend.position >= 12:
@@ -200,3 +201,38 @@ def test_lookahead_lets_a_ranking_strategy_admit_the_best_of_more_prompts():
     with pytest.raises(ValueError, match="stream_lookahead: 2 is below the 3 lanes"):
         run_stream_step(selector, 1, pull_prompts=backend.pull, backend=backend, train_batch_size=2,
                         max_responses=100, lookahead=2)
+
+
+def test_fit_admission_counts_what_the_lanes_in_flight_will_bring():
+    from greso_jax.selection.stream import _fitting_admissions, _usable_share
+
+    assert _usable_share((0, 0), 0, 0) == 0.5  # one usable and one not of prior
+    assert _usable_share((3, 8), 2, 2) == (3 + 2 + 1) / (8 + 2 + 2)
+    # 10 usable lacking, 6 lanes in flight at a share of 0.5: 7 expected short, 14 prompts to admit
+    assert _fitting_admissions(10, 6, 1, 0.5) == 14 and _fitting_admissions(10, 6, 2, 0.5) == 7
+    assert _fitting_admissions(3, 6, 1, 0.5) == 0 and _fitting_admissions(0, 0, 1, 0.5) == 0
+
+
+def test_fit_admission_trains_this_steps_groups_where_filling_the_lanes_carries_them():
+    """Eight lanes, a batch of three usable groups, half the prompts usable: filling every free lane leaves
+    about four usable groups in flight when the batch fills, each carried into the next step; admitting only
+    what the batch lacks carries far fewer, and every step's batch is still full."""
+    carried, responses = {}, {}
+    for admission in ("fill", "fit"):
+        selector, backend = _setup(lanes=8, num_prompts=400)
+        carry = Carry()
+        carried[admission] = responses[admission] = 0
+        for step in range(1, 9):
+            result, carry = run_stream_step(selector, step, pull_prompts=backend.pull, backend=backend,
+                                            train_batch_size=3, max_responses=10_000, in_flight="carry",
+                                            carry=carry, admission=admission)
+            assert result.metrics["selection/full_batch"] == 1.0
+            assert carry.usable_share == (sum(g.has_variance for g in result.rolled_out), len(result.rolled_out))
+            carried[admission] += result.metrics["stream/carried_groups"]
+            responses[admission] += result.metrics["rollout/step_responses"]
+    assert carried["fit"] < 0.5 * carried["fill"], carried
+    assert responses["fit"] <= responses["fill"], responses
+    selector, backend = _setup()
+    with pytest.raises(ValueError, match="stream_admission"):
+        run_stream_step(selector, 1, pull_prompts=backend.pull, backend=backend, train_batch_size=4,
+                        max_responses=100, admission="all")

@@ -24,12 +24,13 @@ def _deterministic(record):
             and k != "actor/lr"}
 
 
-def _stream_config(strategy, policy, in_flight="abort", steps=3):
+def _stream_config(strategy, policy, in_flight="abort", steps=3, admission="fill"):
     c = trainer_config.get_config(f"{strategy},{policy}")
     c.selection.rollout_mode = "stream"
     c.selection.stream_lanes = 3
     c.selection.stream_chunk_steps = 2
     c.selection.stream_in_flight = in_flight
+    c.selection.stream_admission = admission
     c.train.num_steps = steps
     return c
 
@@ -55,23 +56,24 @@ def test_strategies_train_from_the_stream(tmp_path, strategy, lookahead, warm_po
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("in_flight,resume_at", [("carry", 3), ("abort", 2)])  # steps that hand on both
-def test_stream_resumes_exactly(tmp_path, warm_policy, in_flight, resume_at):
-    Trainer(_stream_config("dynamic_sampling", warm_policy, in_flight, steps=4), str(tmp_path / "full"),
-            log=lambda *a: None).run()
-    Trainer(_stream_config("dynamic_sampling", warm_policy, in_flight, steps=resume_at), str(tmp_path / "split"),
-            log=lambda *a: None).run()
-    Trainer(_stream_config("dynamic_sampling", warm_policy, in_flight, steps=4), str(tmp_path / "split"),
-            log=lambda *a: None).run()  # resumes from the last checkpoint, carry and pending prompts included
+@pytest.mark.parametrize("in_flight,resume_at,admission", [("carry", 3, "fill"), ("abort", 2, "fill"),
+                                                          ("carry", 2, "fit")])  # steps that hand on both
+def test_stream_resumes_exactly(tmp_path, warm_policy, in_flight, resume_at, admission):
+    config = lambda steps: _stream_config("dynamic_sampling", warm_policy, in_flight, steps, admission)  # noqa: E731
+    Trainer(config(4), str(tmp_path / "full"), log=lambda *a: None).run()
+    Trainer(config(resume_at), str(tmp_path / "split"), log=lambda *a: None).run()
+    # resumes from the last checkpoint, carry, pending prompts and the usable share included
+    Trainer(config(4), str(tmp_path / "split"), log=lambda *a: None).run()
     full, split = read_metrics(str(tmp_path / "full")), read_metrics(str(tmp_path / "split"))
     assert [r["step"] for r in split] == [r["step"] for r in full] == list(range(5))
     with open(tmp_path / "split" / "checkpoints" / str(resume_at) / "meta" / "metadata") as f:
         saved = json.load(f)
     assert saved["data_state"]["global_position"] % 24, "the resume must fall inside an epoch (24 prompts)"
     assert saved["extras"]["stream_pending"][0], "pending prompts must be saved"
+    assert saved["extras"]["stream_usable_share"][1] > 0, "the step's finished groups must be saved"
     after = resume_at + 1
     assert full[resume_at]["stream/pending_out"] == full[after]["stream/pending_in"] > 0, "pending must cross"
-    if in_flight == "carry":
+    if in_flight == "carry" and admission == "fill":  # fit admission leaves little or nothing to carry
         assert full[resume_at]["stream/carry_out_groups"] > 0 and full[after]["stream/carried_groups"] > 0
     for a, b in zip(full, split):  # the split run also evaluated at its first run's last step
         drop = lambda r: {k: v for k, v in _deterministic(r).items() if not k.startswith("eval/")}  # noqa: E731

@@ -242,7 +242,8 @@ def _decode(blob: dict) -> np.ndarray:
 
 def carry_to_json(carry: Carry) -> dict:
     """The checkpoint's `extras` for the stream: stream_carry, the carried groups and their lanes' outputs,
-    exactly (arrays as raw bytes); stream_pending, every host's pending prompt ids (one list per host)."""
+    exactly (arrays as raw bytes); stream_pending, every host's pending prompt ids (one list per host);
+    stream_usable_share, the step's (usable, finished) groups."""
     pending = np.array([prompt_id for prompt_id, _ in carry.pending], np.int64)
     rows = []
     for group, out in zip(carry.groups, carry.handles):
@@ -253,7 +254,8 @@ def carry_to_json(carry: Carry) -> dict:
                      "prompt": list(out.prompts[0]), "num_samples": out.num_samples,
                      "shape": [out.prompt_rows, out.rows, out.prompt_length, out.kv_cache_bytes]})
     by_host = multihost.allgather_ragged(pending) if multihost.is_multihost() else [pending]
-    return {"stream_carry": rows, "stream_pending": [host.tolist() for host in by_host]}
+    return {"stream_carry": rows, "stream_pending": [host.tolist() for host in by_host],
+            "stream_usable_share": [int(n) for n in carry.usable_share]}
 
 
 def carry_from_json(extras: dict, payload_of) -> Carry:
@@ -263,7 +265,8 @@ def carry_from_json(extras: dict, payload_of) -> Carry:
     pending = extras.get("stream_pending", [])
     hosts, me = jax.process_count(), jax.process_index()
     mine = pending[me] if len(pending) == hosts else [p for host in pending for p in host][me::hosts]
-    carry = Carry(pending=[(int(p), payload_of(int(p))) for p in mine])
+    usable, finished = extras.get("stream_usable_share", [0, 0])  # absent from checkpoints before it existed
+    carry = Carry(pending=[(int(p), payload_of(int(p))) for p in mine], usable_share=(int(usable), int(finished)))
     for row in extras.get("stream_carry", []):
         carry.groups.append(Group(prompt_id=int(row["prompt_id"]), payload=payload_of(int(row["prompt_id"])),
                                   response_refs=_decode(row["response_refs"]), rewards=_decode(row["rewards"]),

@@ -105,7 +105,8 @@ class Trainer:
             result, self.carry = run_stream_step(
                 self.selector, step, pull_prompts=self._pull_prompts, backend=self.stream, epoch=epoch,
                 train_batch_size=c.train.train_batch_size, in_flight=sel.stream_in_flight, carry=self.carry,
-                max_responses=sel.max_passes * sel.rollout_batch_size * c.rl.group_size, lookahead=sel.stream_lookahead)
+                max_responses=sel.max_passes * sel.rollout_batch_size * c.rl.group_size, lookahead=sel.stream_lookahead,
+                admission=sel.stream_admission)
         metrics = {"data/epoch": epoch, **result.metrics}
         self.group_trace.write(step, epoch, result.rolled_out)
         every = c.train.host_check_every_steps

@@ -61,6 +61,12 @@ class PassConfig(StrategySettings):
     stream_lookahead: int = field(0, Spec(INT, 0), "stream mode: most kept prompts waiting for a lane, ranked "
                                   "by the strategy's admission order (the rest wait into the next step); 0: "
                                   "stream_lanes. Above it, a strategy that ranks picks the best of more candidates")
+    stream_admission: str = field("fill", Spec(STR, choices=("fill", "fit")),
+                                  "stream mode, which free lanes take a waiting prompt: fill (every one) or fit "
+                                  "(only while the usable groups plus the lanes in flight, at the usable share of "
+                                  "the groups finished this step and the last, fall short of the batch, so that "
+                                  "the lanes still in flight when it fills hold about what it lacks and little is "
+                                  "carried a step off-policy or aborted)")
     stream_chunk_steps: int = field(32, Spec(INT, 1), "stream mode: most decode steps between two host "
                                     "decisions (a chunk also ends when a lane finishes)")
     stream_in_flight: str = field("carry", Spec(STR, choices=("abort", "carry")),

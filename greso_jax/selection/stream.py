@@ -23,6 +23,7 @@ grading); this module is NumPy only.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Protocol
 
 import numpy as np
@@ -32,6 +33,7 @@ from greso_jax.selection.driver import PullFn, StepResult, _pull
 from greso_jax.selection.groups import Group
 
 IN_FLIGHT_MODES = ("abort", "carry")
+ADMISSION_MODES = ("fill", "fit")
 
 
 @dataclasses.dataclass
@@ -90,29 +92,38 @@ class Carry:
     no room for (finished with this step's policy; their sampling log-probs are the next step's
     behaviour policy), each with its lane's output, in the order they finished. pending: this host's
     kept prompts (prompt id, payload) not rolled out (aborted, then never admitted), the next step's
-    first admissions."""
+    first admissions. usable_share: (usable, finished) groups the step rolled out, over all hosts, what
+    `fit` admission starts the next step's estimate from."""
 
     groups: list[Group] = dataclasses.field(default_factory=list)
     handles: list[Any] = dataclasses.field(default_factory=list)
     pending: list[tuple[int, Any]] = dataclasses.field(default_factory=list)
+    usable_share: tuple[int, int] = (0, 0)
 
 
 def run_stream_step(selector: Selector, step: int, *, pull_prompts: PullFn, backend: StreamBackend,
                     train_batch_size: int, max_responses: int, in_flight: str = "abort",
-                    carry: Carry | None = None, epoch: int = 0, lookahead: int = 0) -> tuple[StepResult, Carry]:
+                    carry: Carry | None = None, epoch: int = 0, lookahead: int = 0,
+                    admission: str = "fill") -> tuple[StepResult, Carry]:
     """Streams until the step's batch is built; returns (the step's result, the carry into the next).
 
     Calls selector.begin_step first and selector.end_step last. The batch is
     selector.finish_step over the carried groups then this step's, so carried groups train first.
     max_responses: the step's response cap (> 0). lookahead: the most kept prompts waiting for a lane
     (0: as many as there are lanes); more lets a strategy that ranks admit the best of a larger set, the
-    rest waiting (pending into the next step) until they rank first. StepResult.handles: the carried
-    groups' outputs first, then one per lane finished this step; a group's call index names its handle.
+    rest waiting (pending into the next step) until they rank first. admission: "fill" (a free lane takes
+    a waiting prompt) or "fit" (only while the usable groups and the lanes in flight, at the usable share
+    of the groups finished this step and the last, fall short of the batch: the lanes still in flight
+    when the batch fills then hold about what it lacks, instead of a full set of lanes whose usable
+    groups are carried, one step off-policy, or aborted). StepResult.handles: the carried groups' outputs
+    first, then one per lane finished this step; a group's call index names its handle.
     """
     if train_batch_size < 1:
         raise ValueError(f"train.train_batch_size: must be >= 1, got {train_batch_size}")
     if in_flight not in IN_FLIGHT_MODES:
         raise ValueError(f"selection.stream_in_flight: expected one of {IN_FLIGHT_MODES}, got {in_flight!r}")
+    if admission not in ADMISSION_MODES:
+        raise ValueError(f"selection.stream_admission: expected one of {ADMISSION_MODES}, got {admission!r}")
     lookahead = lookahead or backend.lanes
     if lookahead < backend.lanes:
         raise ValueError(f"selection.stream_lookahead: {lookahead} is below the {backend.lanes} lanes it must fill")
@@ -124,10 +135,12 @@ def run_stream_step(selector: Selector, step: int, *, pull_prompts: PullFn, back
     usable = sum(selector.usable(g) for g in carried)
     waiting = list(carry.pending)  # admitted before anything pulled this step (want is 0 until they are in)
     exhausted, responses, chunks, admitted, dropped = False, 0, 0, 0, 0
+    finished_now = usable_now = 0  # this step's own groups (the carried ones are all usable)
+    hosts = int(backend.sum_over_hosts(np.ones(1))[0]) if admission == "fit" else 1
     once, seen = selector.pass_config.once_per_step, {p for p, _ in waiting}
 
     def take(results: list[LaneResult]) -> None:
-        nonlocal responses, usable
+        nonlocal responses, usable, finished_now, usable_now
         fresh = []
         for r in results:
             fresh.append(Group.from_call(len(handles), 0, r.prompt_id, r.payload, np.asarray(r.correct, bool),
@@ -137,7 +150,8 @@ def run_stream_step(selector: Selector, step: int, *, pull_prompts: PullFn, back
             responses += r.correct.size
         selector.observe_groups(fresh)  # the history is current for the next admission
         groups.extend(fresh)
-        usable += sum(selector.usable(g) for g in fresh)
+        fresh_usable = sum(selector.usable(g) for g in fresh)
+        usable, usable_now, finished_now = usable + fresh_usable, usable_now + fresh_usable, finished_now + len(fresh)
 
     while True:
         # `usable` counts every host's groups (advance returns them all), so hosts agree here.
@@ -154,6 +168,9 @@ def run_stream_step(selector: Selector, step: int, *, pull_prompts: PullFn, back
                 continue
             seen.add(prompt_id)
             waiting.append((prompt_id, payload))
+        if free and waiting and admission == "fit":
+            free = min(free, _fitting_admissions(train_batch_size - usable, backend.in_flight(), hosts,
+                                                 _usable_share(carry.usable_share, usable_now, finished_now)))
         if free and waiting:
             order = _checked_order(selector, np.array([p for p, _ in waiting], np.int64))
             chosen = set(order[:free].tolist())
@@ -173,7 +190,7 @@ def run_stream_step(selector: Selector, step: int, *, pull_prompts: PullFn, back
     everything = carried + groups
     batch = selector.finish_step(everything, train_batch_size)
     in_batch = {id(g) for g in batch}
-    next_carry = Carry(pending=aborted.prompts + waiting)
+    next_carry = Carry(pending=aborted.prompts + waiting, usable_share=(usable_now, finished_now))
     if in_flight == "carry":
         for g in everything:
             if id(g) not in in_batch and selector.usable(g):
@@ -207,8 +224,22 @@ def run_stream_step(selector: Selector, step: int, *, pull_prompts: PullFn, back
         "stream/carried_groups": float(carried_in_batch),
         "stream/carried_share": carried_in_batch / len(batch) if batch else 0.0,
         "stream/carry_out_groups": float(len(next_carry.groups)),
+        "stream/usable_share": usable_now / finished_now if finished_now else 0.0,
     })
     return StepResult(groups=batch, handles=handles, metrics=metrics, rolled_out=groups), next_carry
+
+
+def _usable_share(last_step: tuple[int, int], usable_now: int, finished_now: int) -> float:
+    """The share of finished groups that were usable, this step's and the last's together, with one usable
+    and one not of prior (never 0 or 1)."""
+    return (last_step[0] + usable_now + 1) / (last_step[1] + finished_now + 2)
+
+
+def _fitting_admissions(lacking: int, in_flight: int, hosts: int, usable_share: float) -> int:
+    """Prompts this host may admit so that the lanes in flight are expected to bring the `lacking` usable
+    groups (every host's lanes count, each host admits its part)."""
+    expected_short = lacking - in_flight * usable_share
+    return max(0, math.ceil(expected_short / usable_share / hosts)) if expected_short > 0 else 0
 
 
 def _renumbered(group: Group, call: int) -> Group:

@@ -9,6 +9,9 @@ precise accuracy (64 samples a prompt, step 400) of ds_fixed and of the mean of 
 
     python experiments/results/2026-12-05-long-task/sixth_pass/paired_with_committed.py \
         --archive experiments/results/2026-12-05-long-task/sixth_pass/runs
+
+--archive takes several archives, comma-separated: a run is read from the first that holds it (a later
+pass pairs its runs with the ds_fixed reruns archived here).
 """
 
 from __future__ import annotations
@@ -48,10 +51,12 @@ def committed_costs(path: str) -> dict[int, dict[str, float]]:
     return {int(seed): {"responses": run["responses"], "cpu_s": run["cpu_s"]} for seed, run in per_run.items()}
 
 
-def archived_run(archive: str, variant: str, seed: int) -> dict | None:
-    """An archived run's precise accuracy at STEP, responses and CPU seconds, or None when not archived."""
-    folder = os.path.join(archive, variant, f"seed{seed}")
-    if not os.path.isdir(folder):
+def archived_run(archives: str, variant: str, seed: int) -> dict | None:
+    """A run's precise accuracy at STEP, responses and CPU seconds from the first of the comma-separated
+    `archives` that holds it, or None when none does."""
+    folders = [os.path.join(archive, variant, f"seed{seed}") for archive in archives.split(",")]
+    folder = next((f for f in folders if os.path.isdir(f)), None)
+    if folder is None:
         return None
     grades = json.load(open(os.path.join(folder, "precise.json")))
     records = read_metrics(folder)
@@ -62,7 +67,7 @@ def archived_run(archive: str, variant: str, seed: int) -> dict | None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--archive", default=os.path.join(HERE, "runs"))
+    parser.add_argument("--archive", default=os.path.join(HERE, "runs"), help="archives, comma-separated")
     parser.add_argument("--strategies", default="greso_rested,greso_frontier,greso_frontier@fixed")
     parser.add_argument("--seeds", default="0,1,2,3,4,5,6")
     args = parser.parse_args(argv)
