@@ -49,3 +49,18 @@ def test_table_has_a_row_per_strategy_and_level():
     text = diagnosis.table(result, from_step=250)
     assert "steps after 250" in text
     assert "| greso | 2 | 2 | 2.0 [2.0, 2.0] | 2.0 [-10.7, 14.7] |" in text
+
+
+def test_archived_runs_give_the_committed_diagnosis():
+    """Two runs archived by archive_runs.py (records, traces, config and precise grades, no checkpoints) read
+    back into the sixth pass's committed row: greso_frontier in stream mode, seed 5, level 2."""
+    import os
+
+    archive = os.path.join(os.path.dirname(__file__), "..", "experiments", "results", "2026-12-05-long-task",
+                           "sixth_pass", "runs")
+    run, base = (os.path.join(archive, name, "seed5") for name in ("greso_frontier", "ds_fixed"))
+    levels, held_out_levels = diagnosis.run_levels(run)
+    row = diagnosis.paired(run, base, levels, held_out_levels, from_step=250, cache={}, step=400, samples=64)[2]
+    assert (row["distinct"], row["base_distinct"]) == (1545, 1832)
+    assert row["base_held_out"] == pytest.approx(0.625, abs=5e-4)
+    assert row["held_out_diff"] == pytest.approx(-0.176, abs=5e-4)

@@ -19,6 +19,7 @@ Means over seeds with Student-t 95% intervals.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -27,7 +28,7 @@ from typing import Sequence
 import numpy as np
 
 from experiments.bench.claim_report import mean_interval, print_and_save
-from experiments.bench.precise_eval import cache_key, load_cache
+from experiments.bench.precise_eval import ARCHIVED_GRADES, archive_key, cache_key, is_archived, load_cache
 from greso_jax.run.records import read_group_trace
 from greso_jax.selection import baseline
 
@@ -37,11 +38,18 @@ VIEWS = ("hard", "easy", "mixed", "never")
 
 def run_levels(workdir: str) -> tuple[np.ndarray, np.ndarray]:
     """(level of each training prompt by prompt id, int [num_prompts]; level of each held-out prompt, int [E])
-    from the run's saved config."""
+    from the run's saved config (an archived run's config.json)."""
+    import ml_collections
+
     from greso_jax.evaluate import resolve_checkpoint, run_config
     from greso_jax.run.build import rows_from_config
 
-    train_rows, eval_sets = rows_from_config(run_config(resolve_checkpoint(workdir, log=lambda *a: None), None))
+    if is_archived(workdir):
+        with open(os.path.join(workdir, "config.json")) as f:
+            config = ml_collections.ConfigDict(json.load(f))
+    else:
+        config = run_config(resolve_checkpoint(workdir, log=lambda *a: None), None)
+    train_rows, eval_sets = rows_from_config(config)
     train = np.full(max(r.prompt_id for r in train_rows) + 1, -1, np.int64)
     for row in train_rows:
         train[row.prompt_id] = row.difficulty
@@ -116,6 +124,14 @@ def held_out_by_level(correct_counts: Sequence[int], samples: int, levels: np.nd
     return {int(level): float(counts[levels == level].mean() / samples) for level in np.unique(levels)}
 
 
+def _graded(workdir: str, cache: dict, step: int, samples: int) -> dict | None:
+    """A run's graded checkpoint at `step`: from its archive's grades, else from precise_eval.py's cache."""
+    if is_archived(workdir):
+        with open(os.path.join(workdir, ARCHIVED_GRADES)) as f:
+            return json.load(f).get(archive_key(step, samples))
+    return cache.get(cache_key(workdir, step, samples))
+
+
 def paired(workdir: str, base_workdir: str, levels: np.ndarray, held_out_levels: np.ndarray, from_step: int,
            cache: dict, step: int, samples: int) -> dict[int, dict]:
     """Per level: the strategy's and ds_fixed's training use, the strategy's view of ds_fixed's frontier and,
@@ -123,7 +139,7 @@ def paired(workdir: str, base_workdir: str, levels: np.ndarray, held_out_levels:
     trace, base_trace = read_group_trace(workdir), read_group_trace(base_workdir)
     mine, base = training_use(trace, levels, from_step), training_use(base_trace, levels, from_step)
     view = frontier_view(trace, base_trace, levels, from_step)
-    graded = [cache.get(cache_key(d, step, samples)) for d in (workdir, base_workdir)]
+    graded = [_graded(d, cache, step, samples) for d in (workdir, base_workdir)]
     accuracy = ([held_out_by_level(g["correct_counts"], samples, held_out_levels) for g in graded]
                 if all(graded) else None)
     out = {}
