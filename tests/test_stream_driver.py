@@ -236,3 +236,21 @@ def test_fit_admission_trains_this_steps_groups_where_filling_the_lanes_carries_
     with pytest.raises(ValueError, match="stream_admission"):
         run_stream_step(selector, 1, pull_prompts=backend.pull, backend=backend, train_batch_size=4,
                         max_responses=100, admission="all")
+
+
+def test_a_bound_on_pool_reads_ends_a_step_that_keeps_almost_nothing():
+    """One prompt in ten kept and each once a step: unbounded, the step reads on through the scripted stream
+    (over two readings of the pool) for a batch it cannot fill; bounded at one reading, it stops pulling there
+    (overshooting by at most its last pull) and trains on what it has."""
+    reads, trained = {}, {}
+    for bound in (0.0, 1.0):
+        selector = make_selector("vanilla", num_prompts=40, group_size=G, seed=0,
+                                 passes=PassConfig(once_per_step=True))
+        selector.should_keep = lambda ids, epochs=None: np.asarray(ids) % 10 == 0
+        backend = ScriptedLanes(2, 40)
+        backend.selector = selector
+        result, _ = run_stream_step(selector, 1, pull_prompts=backend.pull, backend=backend, train_batch_size=100,
+                                    max_responses=10_000, max_pool_reads=bound)
+        reads[bound], trained[bound] = result.metrics["stream/pool_reads"], len(result.groups)
+    assert reads[0.0] > 2.0 and 1.0 <= reads[1.0] < 1.5, reads
+    assert trained[1.0] == trained[0.0] == 4  # prompts 0, 10, 20 and 30 (even: mixed), once each

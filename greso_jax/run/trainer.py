@@ -106,7 +106,7 @@ class Trainer:
                 self.selector, step, pull_prompts=self._pull_prompts, backend=self.stream, epoch=epoch,
                 train_batch_size=c.train.train_batch_size, in_flight=sel.stream_in_flight, carry=self.carry,
                 max_responses=sel.max_passes * sel.rollout_batch_size * c.rl.group_size, lookahead=sel.stream_lookahead,
-                admission=sel.stream_admission)
+                admission=sel.stream_admission, max_pool_reads=sel.stream_max_pool_reads)
         metrics = {"data/epoch": epoch, **result.metrics}
         self.group_trace.write(step, epoch, result.rolled_out)
         every = c.train.host_check_every_steps

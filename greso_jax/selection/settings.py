@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from greso_jax.core.specs import BOOL, INT, STR, ConfigError, Spec, check_dataclass, field
+from greso_jax.core.specs import BOOL, FLOAT, INT, STR, ConfigError, Spec, check_dataclass, field
 
 GROUP_SIZE_SPEC = Spec(INT, 2)  # rl.group_size: a group of one response never has reward variance
 
@@ -67,6 +67,11 @@ class PassConfig(StrategySettings):
                                   "the groups finished this step and the last, fall short of the batch, so that "
                                   "the lanes still in flight when it fills hold about what it lacks and little is "
                                   "carried a step off-policy or aborted)")
+    stream_max_pool_reads: float = field(0.0, Spec(FLOAT, 0.0), "stream mode: the most prompts a step pulls "
+                                         "(kept or skipped), in readings of the pool; 0: no bound. Where a "
+                                         "selector keeps almost nothing a step otherwise reads on until its batch "
+                                         "fills (~30 readings a step measured on saturated seeds); bounded, it "
+                                         "trains on what it has, as passes do at max_passes")
     stream_chunk_steps: int = field(32, Spec(INT, 1), "stream mode: most decode steps between two host "
                                     "decisions (a chunk also ends when a lane finishes)")
     stream_in_flight: str = field("carry", Spec(STR, choices=("abort", "carry")),

@@ -104,7 +104,7 @@ class Carry:
 def run_stream_step(selector: Selector, step: int, *, pull_prompts: PullFn, backend: StreamBackend,
                     train_batch_size: int, max_responses: int, in_flight: str = "abort",
                     carry: Carry | None = None, epoch: int = 0, lookahead: int = 0,
-                    admission: str = "fill") -> tuple[StepResult, Carry]:
+                    admission: str = "fill", max_pool_reads: float = 0.0) -> tuple[StepResult, Carry]:
     """Streams until the step's batch is built; returns (the step's result, the carry into the next).
 
     Calls selector.begin_step first and selector.end_step last. The batch is
@@ -115,8 +115,11 @@ def run_stream_step(selector: Selector, step: int, *, pull_prompts: PullFn, back
     a waiting prompt) or "fit" (only while the usable groups and the lanes in flight, at the usable share
     of the groups finished this step and the last, fall short of the batch: the lanes still in flight
     when the batch fills then hold about what it lacks, instead of a full set of lanes whose usable
-    groups are carried, one step off-policy, or aborted). StepResult.handles: the carried groups' outputs
-    first, then one per lane finished this step; a group's call index names its handle.
+    groups are carried, one step off-policy, or aborted). max_pool_reads: the most prompts the step pulls
+    (kept or skipped), in readings of the pool (0: no bound); where a selector keeps almost nothing, the
+    step then trains on what it has instead of reading on (passes are bounded the same way by max_passes).
+    StepResult.handles: the carried groups' outputs first, then one per lane finished this step; a group's
+    call index names its handle.
     """
     if train_batch_size < 1:
         raise ValueError(f"train.train_batch_size: must be >= 1, got {train_batch_size}")
@@ -136,6 +139,7 @@ def run_stream_step(selector: Selector, step: int, *, pull_prompts: PullFn, back
     waiting = list(carry.pending)  # admitted before anything pulled this step (want is 0 until they are in)
     exhausted, responses, chunks, admitted, dropped = False, 0, 0, 0, 0
     finished_now = usable_now = 0  # this step's own groups (the carried ones are all usable)
+    pool_reads = 0  # prompts pulled this step, kept or skipped
     hosts = int(backend.sum_over_hosts(np.ones(1))[0]) if admission == "fit" else 1
     once, seen = selector.pass_config.once_per_step, {p for p, _ in waiting}
 
@@ -161,7 +165,9 @@ def run_stream_step(selector: Selector, step: int, *, pull_prompts: PullFn, back
         want = max(0, lookahead - len(waiting)) if free and not exhausted else 0
         # Every host pulls every round (want may be 0): a multi-host pull gathers the skips of all.
         pulled = _pull(pull_prompts, want, selector)
-        exhausted = exhausted or (want > 0 and pulled.prompt_ids.size == 0)
+        pool_reads += pulled.prompt_ids.size + pulled.skipped_ids.size
+        exhausted = (exhausted or (want > 0 and pulled.prompt_ids.size == 0)
+                     or (max_pool_reads > 0 and pool_reads >= max_pool_reads * selector.num_prompts))
         for prompt_id, payload in zip(pulled.prompt_ids.tolist(), pulled.payloads):
             if once and prompt_id in seen:  # selection.once_per_step, as in passes
                 dropped += 1
@@ -225,6 +231,7 @@ def run_stream_step(selector: Selector, step: int, *, pull_prompts: PullFn, back
         "stream/carried_share": carried_in_batch / len(batch) if batch else 0.0,
         "stream/carry_out_groups": float(len(next_carry.groups)),
         "stream/usable_share": usable_now / finished_now if finished_now else 0.0,
+        "stream/pool_reads": pool_reads / selector.num_prompts,
     })
     return StepResult(groups=batch, handles=handles, metrics=metrics, rolled_out=groups), next_carry
 
