@@ -254,6 +254,30 @@ def test_sharded_pull_equals_the_single_host_stream(num_hosts):
         assert host_result == expected
 
 
+class KeepsFirstEpochOddIds:
+    """Keeps odd ids in epoch 0 only: later pulls reject whole epochs and stop at their bound."""
+
+    def should_keep(self, prompt_ids, epochs=None):
+        return (prompt_ids % 2 == 1) & (np.asarray(epochs) == 0)
+
+
+@pytest.mark.parametrize("num_hosts", [2, 3])
+def test_a_sharded_pull_that_meets_its_bound_consumes_what_one_host_would(num_hosts):
+    # Where the filter rejects a whole epoch, the pull stops at its bound: how far that consumes the stream
+    # must not depend on the read-ahead (a resumed run forgets the recent keep rate), so it must equal the
+    # single-host stream's, which counts pulled prompts exactly.
+    single = pipeline(keep_filter=KeepsFirstEpochOddIds())
+    expected = []
+    for _ in range(5):
+        kept, skipped = single.next_prompts(15)
+        expected.append((ids(kept), skipped.tolist()))
+    assert [len(kept) for kept, _ in expected][:2] == [15, 5] and expected[2][0] == []
+    results, hosts = _lockstep_hosts(num_hosts, 15, KeepsFirstEpochOddIds(), 5)
+    for host_result in results:
+        assert host_result == expected
+    assert hosts[0].epoch == single.epoch and hosts[0].num_skipped == single.num_skipped
+
+
 def test_sharded_pull_counts_drops_once_and_reads_rows_in_any_order():
     limit = 8
     rows = ROWS[::-1]  # rows need not be stored in id order

@@ -272,9 +272,14 @@ class PromptPipeline:
         read_positions, read_fits = [np.zeros(0, np.int64)], [np.zeros(0, bool)]
         read = 0  # elements this host has read past `start`
         last_position = -1
+        # The bound counts fitting prompts consumed in global order, as `next_prompts` counts its pulls (one
+        # host: the same stream), never elements read: where a filter rejects a whole epoch, what a pull
+        # consumes must not depend on how far the read-ahead happened to read.
         max_pulls = n + len(self.rows)
-        while len(kept) < n and read * self.shard_count < max_pulls:
-            chunk = -(-self._read_ahead("global", n - len(kept), len(kept), len(kept) + len(skipped)) // self.shard_count)
+        while len(kept) < n and len(kept) + len(skipped) < max_pulls:
+            pulled = len(kept) + len(skipped)
+            to_read = min(max_pulls - pulled, self._read_ahead("global", n - len(kept), len(kept), pulled))
+            chunk = -(-to_read // self.shard_count)
             rows, positions = self._rows_at(start + read + np.arange(chunk))
             read += chunk
             fits = self._fitting(rows)
@@ -286,7 +291,7 @@ class PromptPipeline:
             table = np.stack([positions, ids, keep.astype(np.int64)], axis=-1)
             every = np.asarray(allgather(table)).reshape(-1, 3)
             for position, prompt_id, keep_it in every[np.argsort(every[:, 0], kind="stable")]:
-                if len(kept) == n:
+                if len(kept) == n or len(kept) + len(skipped) == max_pulls:
                     break
                 last_position = int(position)
                 if prompt_id < 0:
