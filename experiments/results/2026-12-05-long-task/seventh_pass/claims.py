@@ -4,10 +4,11 @@ paired per seed against ds_fixed run on this machine, from the archives of the s
     python experiments/results/2026-12-05-long-task/seventh_pass/claims.py [--out claims.md]
 
 Runs (all archived by experiments/bench/archive_runs.py, with their records and precise grades):
-  ds_fixed               seeds 0-4 seventh_pass/runs, 5-6 sixth_pass/runs
-  greso_frontier@fixed   seeds 0-4 seventh_pass/runs, 5-6 sixth_pass/runs
-  greso_frontier@fill    stream, selection.stream_admission=fill: seeds 5-6 sixth_pass/runs (greso_frontier)
-  greso_frontier@fit     stream, selection.stream_admission=fit: seventh_pass/stream_fit
+  ds_fixed                  seeds 0-4 seventh_pass/runs, 5-6 sixth_pass/runs
+  greso_frontier@fixed      seeds 0-4 seventh_pass/runs, 5-6 sixth_pass/runs
+  greso_frontier@fill       stream, selection.stream_admission=fill: seeds 5-6 sixth_pass/runs (greso_frontier)
+  greso_frontier@fit        stream, selection.stream_admission=fit: seventh_pass/stream_fit
+  greso_frontier@fit+bound  the same with selection.stream_max_pool_reads=4: seventh_pass/stream_fit_bound
 Accuracy here is the runs' recorded evaluation (the curves); the precise finals (64 samples a prompt) are in
 paired.md (sixth_pass/paired_with_committed.py).
 """
@@ -30,6 +31,7 @@ SOURCES = {
     "greso_frontier@fixed": [(os.path.join(HERE, "runs"), "greso_frontier@fixed"), (SIXTH, "greso_frontier@fixed")],
     "greso_frontier@fill": [(SIXTH, "greso_frontier")],
     "greso_frontier@fit": [(os.path.join(HERE, "stream_fit"), "greso_frontier")],
+    "greso_frontier@fit+bound": [(os.path.join(HERE, "stream_fit_bound"), "greso_frontier")],
 }
 
 
