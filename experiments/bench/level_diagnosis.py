@@ -28,7 +28,7 @@ from typing import Sequence
 import numpy as np
 
 from experiments.bench.claim_report import mean_interval, print_and_save
-from experiments.bench.precise_eval import ARCHIVED_GRADES, archive_key, cache_key, is_archived, load_cache
+from experiments.bench.precise_eval import archive_key, archived_grades, cache_key, is_archived, load_cache
 from greso_jax.run.records import read_group_trace
 from greso_jax.selection import baseline
 
@@ -127,8 +127,7 @@ def held_out_by_level(correct_counts: Sequence[int], samples: int, levels: np.nd
 def _graded(workdir: str, cache: dict, step: int, samples: int) -> dict | None:
     """A run's graded checkpoint at `step`: from its archive's grades, else from precise_eval.py's cache."""
     if is_archived(workdir):
-        with open(os.path.join(workdir, ARCHIVED_GRADES)) as f:
-            return json.load(f).get(archive_key(step, samples))
+        return archived_grades(workdir).get(archive_key(step, samples))
     return cache.get(cache_key(workdir, step, samples))
 
 

@@ -119,6 +119,12 @@ def cache_key(workdir: str, step: int, samples: int) -> str:
     return f"{os.path.realpath(workdir)}@{archive_key(step, samples)}"
 
 
+def archived_grades(workdir: str) -> dict:
+    """An archived run's grades, {archive_key(step, samples): graded checkpoint}."""
+    with open(os.path.join(workdir, ARCHIVED_GRADES)) as f:
+        return json.load(f)
+
+
 def is_archived(workdir: str) -> bool:
     """Whether `workdir` is an archived run: no checkpoints, its grades in precise.json."""
     return (not os.path.isdir(os.path.join(workdir, "checkpoints"))
@@ -239,8 +245,7 @@ def graded_steps(workdir: str, steps: Sequence[int | None], samples: int, cache:
     `cache` where graded before, else graded and added to it (saved to `cache_path` at once). An archived
     run's grades come from its archive; a step it was not graded at is named on stderr and left out."""
     if is_archived(workdir):
-        with open(os.path.join(workdir, ARCHIVED_GRADES)) as f:
-            return _archived_steps(workdir, json.load(f), steps, samples)
+        return _archived_steps(workdir, archived_grades(workdir), steps, samples)
     graded_at = {}
     for step in steps:
         if step is not None and not os.path.isdir(os.path.join(workdir, "checkpoints", str(step))):

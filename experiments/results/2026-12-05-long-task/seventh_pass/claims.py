@@ -19,12 +19,11 @@ DS's two runs see paired.md (sixth_pass/paired_with_committed.py).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 from experiments.bench.claim_report import claims, claims_table, mean_interval, print_and_save
-from experiments.bench.precise_eval import archive_key
+from experiments.bench.precise_eval import archive_key, archived_grades
 from greso_jax.run.records import read_metrics
 from greso_jax.run.run_stats import run_stats
 
@@ -58,8 +57,7 @@ def archived_folders(seeds) -> dict[str, dict[int, str]]:
 def precise_table(folders: dict[str, dict[int, str]], baseline: str) -> str:
     """Per name: the precise final accuracy minus the baseline's on the seeds both have, [95% t interval]."""
     def precise(folder):
-        with open(os.path.join(folder, "precise.json")) as f:
-            return json.load(f)[archive_key(FINAL_STEP, PRECISE_SAMPLES)]["accuracy"]
+        return archived_grades(folder)[archive_key(FINAL_STEP, PRECISE_SAMPLES)]["accuracy"]
 
     base = {seed: precise(folder) for seed, folder in folders[baseline].items()}
     lines = [f"**Precise final accuracy against {baseline}** ({PRECISE_SAMPLES} samples a prompt at step "

@@ -24,7 +24,7 @@ import re
 import sys
 
 from experiments.bench.claim_report import _interval_cell, mean_interval, ratio_interval
-from experiments.bench.precise_eval import archive_key
+from experiments.bench.precise_eval import archive_key, archived_grades
 from greso_jax.run.records import read_metrics
 from greso_jax.run.run_stats import run_stats
 
@@ -58,7 +58,7 @@ def archived_run(archives: str, variant: str, seed: int) -> dict | None:
     folder = next((f for f in folders if os.path.isdir(f)), None)
     if folder is None:
         return None
-    grades = json.load(open(os.path.join(folder, "precise.json")))
+    grades = archived_grades(folder)
     records = read_metrics(folder)
     stats = run_stats(records)
     return {"precise": grades[archive_key(STEP, SAMPLES)]["accuracy"], "responses": stats["responses"],
