@@ -242,13 +242,18 @@ def _lockstep_hosts(num_hosts, n, keep_filter, pulls, hosts=None):
     return results, hosts
 
 
+def _single_host_pulls(stream, n, pulls):
+    """[(kept ids, skipped ids)] of `pulls` pulls of `n` from one host's stream, as _lockstep_hosts records them."""
+    out = []
+    for _ in range(pulls):
+        kept, skipped = stream.next_prompts(n)
+        out.append((ids(kept), skipped.tolist()))
+    return out
+
+
 @pytest.mark.parametrize("num_hosts", [2, 3])
 def test_sharded_pull_equals_the_single_host_stream(num_hosts):
-    single = pipeline(keep_filter=EvenIds())
-    expected = []
-    for _ in range(7):
-        kept, skipped = single.next_prompts(5)
-        expected.append((ids(kept), skipped.tolist()))
+    expected = _single_host_pulls(pipeline(keep_filter=EvenIds()), 5, 7)
     results, _ = _lockstep_hosts(num_hosts, 5, EvenIds(), 7)
     for host_result in results:
         assert host_result == expected
@@ -267,10 +272,7 @@ def test_a_sharded_pull_that_meets_its_bound_consumes_what_one_host_would(num_ho
     # must not depend on the read-ahead (a resumed run forgets the recent keep rate), so it must equal the
     # single-host stream's, which counts pulled prompts exactly.
     single = pipeline(keep_filter=KeepsFirstEpochOddIds())
-    expected = []
-    for _ in range(5):
-        kept, skipped = single.next_prompts(15)
-        expected.append((ids(kept), skipped.tolist()))
+    expected = _single_host_pulls(single, 15, 5)
     assert [len(kept) for kept, _ in expected][:2] == [15, 5] and expected[2][0] == []
     results, hosts = _lockstep_hosts(num_hosts, 15, KeepsFirstEpochOddIds(), 5)
     for host_result in results:
