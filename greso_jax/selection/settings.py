@@ -13,6 +13,8 @@ import dataclasses
 from greso_jax.core.specs import BOOL, FLOAT, INT, STR, ConfigError, Spec, check_dataclass, field
 
 GROUP_SIZE_SPEC = Spec(INT, 2)  # rl.group_size: a group of one response never has reward variance
+IN_FLIGHT_MODES = ("abort", "carry")  # selection.stream_in_flight (stream.run_stream_step checks it too)
+ADMISSION_MODES = ("fill", "fit")  # selection.stream_admission
 
 
 class StrategySettings:
@@ -61,7 +63,7 @@ class PassConfig(StrategySettings):
     stream_lookahead: int = field(0, Spec(INT, 0), "stream mode: most kept prompts waiting for a lane, ranked "
                                   "by the strategy's admission order (the rest wait into the next step); 0: "
                                   "stream_lanes. Above it, a strategy that ranks picks the best of more candidates")
-    stream_admission: str = field("fill", Spec(STR, choices=("fill", "fit")),
+    stream_admission: str = field("fill", Spec(STR, choices=ADMISSION_MODES),
                                   "stream mode, which free lanes take a waiting prompt: fill (every one) or fit "
                                   "(only while the usable groups plus the lanes in flight, at the usable share of "
                                   "the groups finished this step and the last, fall short of the batch, so that "
@@ -74,7 +76,7 @@ class PassConfig(StrategySettings):
                                          "trains on what it has, as passes do at max_passes")
     stream_chunk_steps: int = field(32, Spec(INT, 1), "stream mode: most decode steps between two host "
                                     "decisions (a chunk also ends when a lane finishes)")
-    stream_in_flight: str = field("carry", Spec(STR, choices=("abort", "carry")),
+    stream_in_flight: str = field("carry", Spec(STR, choices=IN_FLIGHT_MODES),
                                   "stream mode, lanes in flight once the batch is full: carry (finish them and "
                                   "train their usable groups first next step, one step off-policy; measured on "
                                   "the headline task: as accurate as abort at 8% less CPU a step) or abort (their "

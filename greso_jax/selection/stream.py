@@ -31,9 +31,7 @@ import numpy as np
 from greso_jax.selection.base import Selector
 from greso_jax.selection.driver import PullFn, StepResult, _pull
 from greso_jax.selection.groups import Group
-
-IN_FLIGHT_MODES = ("abort", "carry")
-ADMISSION_MODES = ("fill", "fit")
+from greso_jax.selection.settings import ADMISSION_MODES, IN_FLIGHT_MODES
 
 
 @dataclasses.dataclass
